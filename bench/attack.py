@@ -1,0 +1,64 @@
+"""Attack contract: declare capabilities, return one score per target (higher = member)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, ClassVar
+
+import numpy as np
+
+from bench.errors import PluginError
+from bench.lm import ALL_CAPABILITIES, TOKEN_LOGPROBS
+from bench.plugin import Plugin
+
+if TYPE_CHECKING:
+    from bench.game import AttackerView
+
+
+class Attack(Plugin):
+    """A membership-inference attack. Subclasses implement :meth:`score`."""
+
+    kind: ClassVar[str] = "attack"
+    family: ClassVar[str] = "mia"
+    requires: ClassVar[frozenset[str]] = frozenset({TOKEN_LOGPROBS})
+    reference: ClassVar[str] = ""   # the paper and equation the score follows
+
+    def score(self, view: AttackerView) -> Sequence[float]:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    @classmethod
+    def info(cls) -> dict:
+        d = super().info()
+        d.update(family=cls.family, requires=sorted(cls.requires), reference=cls.reference)
+        return d
+
+
+def run_attack(attack: Attack, view: AttackerView) -> np.ndarray:
+    """Call an attack and enforce its contract: no exception escapes unnamed, one finite score per target."""
+    unknown = set(attack.requires) - ALL_CAPABILITIES
+    if unknown:
+        raise PluginError(f"attack '{attack.name}' requires unknown capabilities {sorted(unknown)}: "
+                          f"use {sorted(ALL_CAPABILITIES)}")
+    try:
+        raw = attack.score(view)
+    except PluginError:
+        raise
+    except Exception as exc:
+        from bench.errors import CapabilityError
+        if isinstance(exc, CapabilityError):
+            raise
+        raise PluginError(f"attack '{attack.name}' raised {type(exc).__name__}: {exc}: fix the plugin "
+                          f"(run `privbench list attacks` to check its parameters)") from exc
+    try:
+        scores = np.asarray(raw, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError) as exc:
+        raise PluginError(f"attack '{attack.name}' returned {type(raw).__name__}, not numbers: return one float "
+                          f"per target") from exc
+    if scores.shape[0] != len(view.targets):
+        raise PluginError(f"attack '{attack.name}' returned {scores.shape[0]} scores for {len(view.targets)} "
+                          f"targets: return exactly one score per target, in the order given")
+    bad = int((~np.isfinite(scores)).sum())
+    if bad:
+        raise PluginError(f"attack '{attack.name}' returned {bad} NaN/infinite scores: return finite scores "
+                          f"(e.g. guard divisions and logs of zero)")
+    return scores

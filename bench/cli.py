@@ -1,0 +1,175 @@
+"""The `privbench` command line: run suites, list plugins, show results."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import click
+import typer
+
+from bench.errors import PrivbenchError
+
+app = typer.Typer(
+    help="privbench: how much does a language model leak, and how well does a defense stop it?\n\n"
+         "Start with `privbench run --suite quick`, then `privbench show`.",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+)
+
+DB_HELP = "Results database: a SQLAlchemy URL or a path to a SQLite file."
+DEFAULT_DB = "sqlite:///results.db"
+
+
+def _store(db: str, create: bool = True):
+    from bench.store import Store
+    return Store(db, create=create)
+
+
+@app.command()
+def run(
+    suite: str = typer.Option(..., "--suite", "-s", help="Bundled suite name (smoke, quick) or path to a YAML file."),
+    db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),
+    cache: Optional[str] = typer.Option(None, "--cache", help="Artifact cache dir (default $PRIVBENCH_CACHE or "
+                                                              "~/.cache/privbench)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output; print only the report."),
+    report: bool = typer.Option(True, "--report/--no-report", help="Print a summary of the run at the end."),
+) -> None:
+    """Run every (defense, attack) pair of a suite on every game and store scores, metrics and utility."""
+    from bench.cache import ArtifactCache
+    from bench.report import summarize
+    from bench.runner import Runner
+    from bench.suite import load_suite
+
+    s = load_suite(suite)
+    store = _store(db)
+    runner = Runner(s, store, ArtifactCache(cache), command=" ".join(["privbench"] + sys.argv[1:]), quiet=quiet)
+    result = runner.run()
+    if report:
+        rows = store.metric_rows(result.run_id)
+        typer.echo(summarize(rows))
+        typer.echo("")
+        typer.echo(_utility_table(store.utility_rows(result.run_id)))
+        typer.echo(f"\nrun {result.run_id} ({result.status}) in {result.seconds:.1f}s; "
+                   f"`privbench show {result.run_id} --format json` prints every metric row.")
+
+
+def _utility_table(rows: list[dict]) -> str:
+    from bench.report import format_rows
+    pivot: dict[tuple, dict] = {}
+    for r in rows:
+        k = (r["task"], r["model"], r["seed"], r["role"], r["defense"])
+        pivot.setdefault(k, {"task": k[0], "model": k[1], "seed": k[2], "role": k[3], "defense": k[4]})
+        pivot[k][r["metric"]] = r["value"]
+    cols = ["task", "model", "seed", "role", "defense", "loss", "perplexity", "next_token_accuracy", "train_seconds"]
+    return "utility on held-out data\n" + format_rows(list(pivot.values()), "table", columns=cols)
+
+
+@app.command("list")
+def list_(
+    what: str = typer.Argument("all", help="attacks, defenses, tasks, games, models, suites or all"),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
+) -> None:
+    """List registered plugins (built-in and installed through entry points) with versions and parameters."""
+    from bench.game import GAMES
+    from bench.modeling import BUILTIN_SPECS
+    from bench.registry import REGISTRIES
+    from bench.suite import bundled_suites
+
+    kinds = ["attacks", "defenses", "tasks", "games", "models", "suites"]
+    if what != "all" and what not in kinds:
+        raise PrivbenchError(f"cannot list '{what}': use one of {', '.join(kinds)} or all")
+    out: dict[str, list] = {}
+    for kind in kinds if what == "all" else [what]:
+        if kind in REGISTRIES:
+            reg = REGISTRIES[kind]
+            out[kind] = [dict(reg.get(n).info(), origin=reg.origin(n)) for n in reg.names()]
+            for err in reg.load_errors:
+                typer.echo(f"warning: could not load {err}", err=True)
+        elif kind == "games":
+            out[kind] = [{"name": g.name, "stage": g.stage, "description": g.description} for g in GAMES.values()]
+        elif kind == "models":
+            out[kind] = [{"name": m.name, "layers": m.num_layers, "hidden": m.hidden_size, "heads": m.num_heads,
+                          "context": m.context_length, "vocab": m.vocab_size} for m in BUILTIN_SPECS.values()]
+        else:
+            out[kind] = [{"name": n} for n in bundled_suites()]
+    if fmt == "json":
+        typer.echo(json.dumps(out, indent=2, default=str))
+        return
+    if fmt != "table":
+        raise PrivbenchError(f"unknown format '{fmt}': use table or json")
+    for kind, items in out.items():
+        typer.echo(f"\n{kind.upper()}")
+        for it in items:
+            head = f"  {it['name']}"
+            if "version" in it:
+                head += f"  v{it['version']}"
+            if it.get("origin") and it["origin"] != "builtin":
+                head += f"  [{it['origin']}]"
+            if it.get("requires"):
+                head += f"  needs: {', '.join(it['requires'])}"
+            if it.get("stage"):
+                head += f"  ({it['stage']})"
+            typer.echo(head)
+            if it.get("description"):
+                typer.echo(f"      {it['description']}")
+            if "layers" in it:
+                typer.echo(f"      {it['layers']} layers, hidden {it['hidden']}, {it['heads']} heads, "
+                           f"context {it['context']}, vocab {it['vocab']}")
+            for p in it.get("params", []):
+                rng = ""
+                if p.get("choices"):
+                    rng = f" one of {p['choices']}"
+                elif p.get("low") is not None or p.get("high") is not None:
+                    rng = f" in [{p.get('low')}, {p.get('high')}]"
+                typer.echo(f"      - {p['name']} ({p['type']}, default {p['default']!r}){rng}: {p['help']}")
+
+
+@app.command()
+def show(
+    run_ref: Optional[str] = typer.Argument(None, metavar="[RUN]", help="Run id, suite name or run-key prefix "
+                                                                        "(default: the latest run)."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv"),
+    db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),
+    utility: bool = typer.Option(False, "--utility", help="Show utility rows instead of metric rows."),
+    list_runs: bool = typer.Option(False, "--list", help="List runs instead of showing one."),
+) -> None:
+    """Print a run's metric rows (AUC, TPR@FPR with CIs, counts) as a table, JSON or CSV."""
+    from bench.report import format_rows
+
+    store = _store(db, create=False)
+    if list_runs:
+        typer.echo(format_rows(store.list_runs(), fmt))
+        return
+    run_id = store.resolve_run(run_ref)
+    rows = store.utility_rows(run_id) if utility else store.metric_rows(run_id)
+    if fmt == "table" and not utility:
+        cols = ["task", "model", "defense", "seed", "game", "attack", "metric", "value", "ci_low", "ci_high",
+                "n_pos", "n_neg", "flag"]
+        typer.echo(format_rows(rows, fmt, columns=cols))
+    else:
+        typer.echo(format_rows(rows, fmt))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: one-line errors and non-zero exit codes for everything a user can get wrong."""
+    command = typer.main.get_command(app)
+    try:
+        command.main(args=argv, prog_name="privbench", standalone_mode=False)
+    except PrivbenchError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        return exc.exit_code
+    except click.exceptions.Abort:
+        typer.echo("aborted", err=True)
+        return 130
+    except click.ClickException as exc:
+        exc.show()
+        return exc.exit_code
+    except KeyboardInterrupt:
+        typer.echo("interrupted: the run is recorded as failed; rerun the same command to resume", err=True)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

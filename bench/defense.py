@@ -1,0 +1,59 @@
+"""Defense contract: act at adaptation (and, later, pretraining or release); report a guarantee if any."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+
+from bench.plugin import Plugin
+
+
+@dataclass
+class TrainContext:
+    """What a defense needs to train: tokenizer, device, sequence length, seed. No data beyond its own."""
+
+    tokenizer: Any
+    device: torch.device
+    max_length: int
+    seed: int
+    autocast_bf16: bool = False
+    progress: bool = True
+
+    def encode(self, texts: tuple[str, ...] | list[str], max_length: int | None = None) -> list[list[int]]:
+        """Token sequences as the released model will score them (BOS first, truncated)."""
+        n = max_length or self.max_length
+        if not texts:
+            return []
+        bos = [self.tokenizer.bos_token_id] if self.tokenizer.bos_token_id is not None else []
+        enc = self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+        return [(bos + ids)[:n] for ids in enc]
+
+    @property
+    def pad_id(self) -> int:
+        t = self.tokenizer
+        return t.pad_token_id if t.pad_token_id is not None else (t.eos_token_id or 0)
+
+
+class Defense(Plugin):
+    """A defense. ``adapt`` trains θ' from θ on the adaptation data it is given and nothing else."""
+
+    kind: ClassVar[str] = "defense"
+    stages: ClassVar[frozenset[str]] = frozenset({"adapt"})
+
+    def adapt(self, model: torch.nn.Module, data, ctx: TrainContext) -> torch.nn.Module:  # pragma: no cover
+        raise NotImplementedError
+
+    def guarantee(self) -> dict[str, Any] | None:
+        """The formal guarantee of the last adaptation (e.g. DP ε, δ), or None for empirical defenses."""
+        return None
+
+    def training_report(self) -> dict[str, Any]:
+        return dict(getattr(self, "_report", {}) or {})
+
+    @classmethod
+    def info(cls) -> dict:
+        d = super().info()
+        d.update(stages=sorted(cls.stages))
+        return d

@@ -1,0 +1,33 @@
+"""Device and precision selection: CUDA when present, else CPU; bf16 where the hardware supports it."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+def select_device(preference: str = "auto") -> torch.device:
+    if preference == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if preference.startswith("cuda") and not torch.cuda.is_available():
+        from bench.errors import ConfigError
+        raise ConfigError(f"device '{preference}' requested but CUDA is not available: use device: auto or cpu")
+    return torch.device(preference)
+
+
+def bf16_supported(device: torch.device) -> bool:
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        try:
+            return bool(torch.backends.cpu.get_cpu_capability() in ("AVX512", "AMX") or
+                        "avx512_bf16" in open("/proc/cpuinfo").read())
+        except OSError:
+            return False
+    return False
+
+
+def set_threads() -> None:
+    n = int(os.environ.get("PRIVBENCH_THREADS", "0") or 0) or (os.cpu_count() or 1)
+    torch.set_num_threads(n)

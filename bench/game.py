@@ -1,0 +1,256 @@
+"""The holistic audit game of source 004 (section 6.1): four stages, seven games, one world.
+
+A world is built once per (task, model, defense, seed). The challenger draws
+targets and puts each in one of four groups by two bits: ``a`` (inserted into
+the pretraining data S) and ``b`` (inserted into the adaptation data D). Each
+game then picks its positives and negatives from those groups and releases
+θ (pretrained), θ' (adapted) or both:
+
+======================  ============  ==============  ==============
+game                    released      positives (a,b) negatives (a,b)
+======================  ============  ==============  ==============
+pretrain                θ             (1,·)           (0,·)
+adapt                   θ' only       (·,1)           (·,0)
+joint/fresh (x ∉ S)     θ and θ'      (0,1)           (0,0)
+joint/seen (x ∈ S)      θ and θ'      (1,1)           (1,0)
+joint/both              θ and θ'      (1,1)           (0,0)
+post_adapt (x ∉ D)      θ and θ'      (1,0)           (0,0)
+null (control)          θ'            half of (0,0)   other half of (0,0)
+======================  ============  ==============  ==============
+
+The attacker receives an :class:`AttackerView`: the targets in shuffled
+order with opaque ids, restricted model handles and attacker-owned data.
+Labels stay with the :class:`Challenger`; defenses receive only their
+training texts, shuffled, with no marker of which are targets.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from bench.errors import CapabilityError, DataError
+from bench.hashing import content_hash
+from bench.lm import (
+    MODEL_CAPABILITIES, POPULATION, REFERENCE_MODEL, LanguageModel, RestrictedModel,
+)
+from bench.params import Param, validate_params
+from bench.task import TaskData
+
+GROUPS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (1, 0), (1, 1))
+STAGES = ("pretraining", "adaptation", "joint", "post_adaptation", "control")
+
+
+@dataclass(frozen=True)
+class GameSpec:
+    name: str
+    stage: str
+    target_model: str              # "pretrained" (θ) or "adapted" (θ')
+    releases_base: bool            # θ released next to θ'
+    positives: frozenset
+    negatives: frozenset
+    null_split: bool = False
+    description: str = ""
+
+
+GAMES: dict[str, GameSpec] = {g.name: g for g in (
+    GameSpec("pretrain", "pretraining", "pretrained", False, frozenset({(1, 0), (1, 1)}),
+             frozenset({(0, 0), (0, 1)}), description="was x in the pretraining data? (θ released)"),
+    GameSpec("adapt", "adaptation", "adapted", False, frozenset({(0, 1), (1, 1)}),
+             frozenset({(0, 0), (1, 0)}), description="was x in the adaptation data? (θ' only; a unknown)"),
+    GameSpec("joint/fresh", "joint", "adapted", True, frozenset({(0, 1)}), frozenset({(0, 0)}),
+             description="x known not in S: was it in D? (θ and θ')"),
+    GameSpec("joint/seen", "joint", "adapted", True, frozenset({(1, 1)}), frozenset({(1, 0)}),
+             description="x known in S: was it in D? (θ and θ')"),
+    GameSpec("joint/both", "joint", "adapted", True, frozenset({(1, 1)}), frozenset({(0, 0)}),
+             description="x in both S and D, or in neither (θ and θ')"),
+    GameSpec("post_adapt", "post_adaptation", "adapted", True, frozenset({(1, 0)}), frozenset({(0, 0)}),
+             description="x known not in D: was it in S, judged after adaptation? (θ and θ')"),
+    GameSpec("null", "control", "adapted", False, frozenset({(0, 0)}), frozenset({(0, 0)}), null_split=True,
+             description="control: two random halves of non-members; any AUC far from 0.5 is a leak"),
+)}
+
+WORLD_PARAMS = (
+    Param("n_per_group", int, 100, "targets in each of the groups (0,1), (1,0), (1,1)", low=4),
+    Param("n_null", int, 200, "targets in group (0,0); the null game splits them in half", low=8),
+    Param("adapt_background", int, 200, "non-target records in the adaptation data D", low=0),
+    Param("pretrain_target_repeats", int, 1, "copies of each a=1 target inserted into pretraining", low=1),
+)
+
+
+def resolve_games(names: list[str] | str) -> list[GameSpec]:
+    from bench.errors import ConfigError
+    if names == "all" or names == ["all"]:
+        return list(GAMES.values())
+    if isinstance(names, str):
+        names = [names]
+    out = []
+    for n in names:
+        if n not in GAMES:
+            import difflib
+            close = difflib.get_close_matches(str(n), list(GAMES), n=1)
+            raise ConfigError(f"unknown game '{n}': " + (f"did you mean '{close[0]}'? " if close else "") +
+                              f"games are {', '.join(GAMES)} or 'all'")
+        out.append(GAMES[n])
+    return out
+
+
+@dataclass(frozen=True)
+class Target:
+    """What an attacker knows of a target: an opaque id and the text. Never its label."""
+
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class AdaptationData:
+    """What a defense receives: its training texts, shuffled. No ids, no target marks."""
+
+    texts: tuple[str, ...]
+
+
+class AttackerView:
+    """Everything an attack may use in one game. Read-only; carries no labels and no challenger state."""
+
+    __slots__ = ("game", "targets", "model", "base", "reference", "population")
+
+    def __init__(self, game: str, targets: tuple[Target, ...], model: LanguageModel,
+                 base: LanguageModel | None, reference: LanguageModel | None,
+                 population: tuple[str, ...] | None) -> None:
+        for name, value in (("game", game), ("targets", targets), ("model", model), ("base", base),
+                            ("reference", reference), ("population", population)):
+            object.__setattr__(self, name, value)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("the attacker view is read-only")
+
+    @property
+    def texts(self) -> list[str]:
+        return [t.text for t in self.targets]
+
+    def calibration_model(self) -> LanguageModel:
+        """θ where the game releases it, else the attacker-owned reference model."""
+        if self.base is not None:
+            return self.base
+        if self.reference is not None:
+            return self.reference
+        raise CapabilityError(f"game '{self.game}' releases no base model and no reference model was given: "
+                              f"configure `reference` in the suite")
+
+
+@dataclass(frozen=True)
+class GameInstance:
+    """The challenger's side of one game: targets in the order shown, their labels and record ids."""
+
+    spec: GameSpec
+    targets: tuple[Target, ...]
+    labels: np.ndarray
+    record_ids: tuple[str, ...]
+
+    @property
+    def n_pos(self) -> int:
+        return int(self.labels.sum())
+
+    @property
+    def n_neg(self) -> int:
+        return int(len(self.labels) - self.labels.sum())
+
+
+class Challenger:
+    """Draws a world from a task: targets, their (a, b) groups, S̃ and D̃. Holds the labels."""
+
+    def __init__(self, data: TaskData, config: dict[str, Any] | None, seed: int) -> None:
+        self.config = validate_params("world", WORLD_PARAMS, config)
+        self.seed = int(seed)
+        self._data = data
+        c = self.config
+        sizes = {(0, 0): c["n_null"], (0, 1): c["n_per_group"], (1, 0): c["n_per_group"], (1, 1): c["n_per_group"]}
+        need = sum(sizes.values())
+        if len(data.targets) < need:
+            raise DataError(f"task '{data.name}' has {len(data.targets)} target records but the world needs {need} "
+                            f"(n_null + 3 × n_per_group): lower them in the suite's `world` or use more data")
+        if len(data.adapt) < c["adapt_background"]:
+            raise DataError(f"task '{data.name}' has {len(data.adapt)} adaptation records but adapt_background is "
+                            f"{c['adapt_background']}: lower it or use more data")
+        rng = np.random.default_rng([self.seed, int(content_hash(data.fingerprint, length=8), 16)])
+        chosen = rng.permutation(len(data.targets))[:need]
+        self._group: dict[str, tuple[int, int]] = {}
+        self._text: dict[str, str] = {}
+        start = 0
+        for g in GROUPS:
+            for idx in chosen[start:start + sizes[g]]:
+                rec = data.targets[int(idx)]
+                self._group[rec.id] = g
+                self._text[rec.id] = rec.text
+            start += sizes[g]
+        null_ids = sorted(r for r, g in self._group.items() if g == (0, 0))
+        perm = rng.permutation(len(null_ids))
+        self._null_positive = frozenset(null_ids[i] for i in perm[: len(null_ids) // 2])
+        self.world_key = content_hash({"task": data.fingerprint, "world": self.config, "seed": self.seed})
+
+    # -- what training sees ------------------------------------------------------------------------
+    def members(self, bit: str) -> list[str]:
+        i = 0 if bit == "a" else 1
+        return [self._text[r] for r in sorted(self._group) if self._group[r][i] == 1]
+
+    def pretraining_inserts(self) -> list[str]:
+        """Texts of the a=1 targets, each repeated ``pretrain_target_repeats`` times."""
+        return self.members("a") * self.config["pretrain_target_repeats"]
+
+    def adaptation_data(self) -> AdaptationData:
+        """D̃ = D ∪ {targets with b=1}, shuffled so nothing marks which records are targets."""
+        texts = list(self._data.adapt[: self.config["adapt_background"]]) + self.members("b")
+        rng = np.random.default_rng([self.seed, 17])
+        return AdaptationData(tuple(texts[i] for i in rng.permutation(len(texts))))
+
+    def target_texts(self) -> list[str]:
+        return [self._text[r] for r in sorted(self._group)]
+
+    def group_of(self, record_id: str) -> tuple[int, int]:
+        return self._group[record_id]
+
+    # -- what a game shows ---------------------------------------------------------------------------
+    def instance(self, game: GameSpec) -> GameInstance:
+        rows: list[tuple[str, int]] = []
+        for rid in sorted(self._group):
+            g = self._group[rid]
+            if game.null_split:
+                if g == (0, 0):
+                    rows.append((rid, int(rid in self._null_positive)))
+            elif g in game.positives:
+                rows.append((rid, 1))
+            elif g in game.negatives:
+                rows.append((rid, 0))
+        rng = np.random.default_rng([self.seed, int(content_hash(game.name, length=8), 16)])
+        rows = [rows[i] for i in rng.permutation(len(rows))]
+        salt = content_hash(self.world_key, game.name, "ids")
+        targets = tuple(Target(id=content_hash(salt, rid, length=12), text=self._text[rid]) for rid, _ in rows)
+        return GameInstance(game, targets, np.array([lab for _, lab in rows], dtype=np.int64),
+                            tuple(rid for rid, _ in rows))
+
+    def view(self, inst: GameInstance, *, requires: frozenset[str], pretrained: LanguageModel,
+             adapted: LanguageModel | None, reference: LanguageModel | None,
+             population: tuple[str, ...] | None, attack_name: str = "attack") -> AttackerView:
+        """Build the attacker's view of one game, giving the attack only what it declared and the game releases."""
+        spec = inst.spec
+        caps = frozenset(requires) & MODEL_CAPABILITIES
+        target_model = pretrained if spec.target_model == "pretrained" else adapted
+        if target_model is None:
+            raise CapabilityError(f"game '{spec.name}' needs an adapted model but none was built")
+        base = RestrictedModel(pretrained, caps, "base") if spec.releases_base else None
+        ref = None
+        if REFERENCE_MODEL in requires:
+            if reference is None and base is None:
+                raise CapabilityError(f"attack '{attack_name}' needs a reference model, game '{spec.name}' releases "
+                                      f"no base model and the suite trains no reference: add `reference` to the suite")
+            ref = RestrictedModel(reference, caps, "reference") if reference is not None else None
+        pop = None
+        if POPULATION in requires:
+            if not population:
+                raise CapabilityError(f"attack '{attack_name}' needs population data but the task has none")
+            pop = tuple(population)
+        return AttackerView(spec.name, inst.targets, RestrictedModel(target_model, caps, "released"),
+                            base, ref, pop)

@@ -1,0 +1,256 @@
+"""The one language-model API that attacks, defenses' releases and utility evaluation use.
+
+Everything an attacker touches is a :class:`LanguageModel`: a Hugging Face
+model, a released checkpoint, or an aggregating defense over several models.
+Capabilities are explicit; :class:`RestrictedModel` exposes only those a
+threat model allows and nothing else (no weights, no training data).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.errors import CapabilityError
+from bench.hashing import content_hash, text_hash
+from bench.signals import TokenSignals, load_signals, save_signals
+
+TOKEN_LOGPROBS = "token_logprobs"
+NEXT_TOKEN_DISTRIBUTION = "next_token_distribution"
+GENERATE = "generate"
+REFERENCE_MODEL = "reference_model"
+SHADOW_MODELS = "shadow_models"
+POPULATION = "population"
+USER_SAMPLES = "user_samples"
+MODEL_CAPABILITIES = frozenset({TOKEN_LOGPROBS, NEXT_TOKEN_DISTRIBUTION, GENERATE})
+ALL_CAPABILITIES = MODEL_CAPABILITIES | {REFERENCE_MODEL, SHADOW_MODELS, POPULATION, USER_SAMPLES}
+
+
+class LanguageModel(ABC):
+    """A causal language model as seen from outside: signals, next-token distributions, generation."""
+
+    #: content hash identifying the model's behaviour (weights + tokenizer + scoring settings)
+    fingerprint: str
+    capabilities: frozenset[str] = MODEL_CAPABILITIES
+
+    @abstractmethod
+    def token_signals(self, texts: Sequence[str]) -> list[TokenSignals]:
+        """Per-token log-probs and per-position mean/variance of log p, one entry per text."""
+
+    @abstractmethod
+    def next_token_logprobs(self, prefixes: Sequence[str]) -> np.ndarray:
+        """Log-probabilities over the vocabulary of the token after each prefix, shape (n, vocab)."""
+
+    @abstractmethod
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        """Greedy continuations (the new text only)."""
+
+    def nll(self, texts: Sequence[str]) -> np.ndarray:
+        """Mean per-token negative log-likelihood of each text."""
+        return np.array([s.nll() for s in self.token_signals(texts)], dtype=np.float64)
+
+
+class SignalCache:
+    """Disk cache of :class:`TokenSignals`, keyed by (model fingerprint, text hash).
+
+    One directory per model; each scoring call that computes new texts adds one
+    shard written atomically. Lookups load the shards of that model once.
+    """
+
+    def __init__(self, root: Path | None) -> None:
+        self.root = root
+        self._mem: dict[str, dict[str, TokenSignals]] = {}
+
+    def _load(self, fp: str) -> dict[str, TokenSignals]:
+        if fp in self._mem:
+            return self._mem[fp]
+        table: dict[str, TokenSignals] = {}
+        if self.root is not None and (self.root / fp).is_dir():
+            for shard in sorted((self.root / fp).glob("*.npz")):
+                try:
+                    table.update(load_signals(shard))
+                except Exception:  # a corrupt shard is ignored and recomputed, never trusted
+                    shard.unlink(missing_ok=True)
+        self._mem[fp] = table
+        return table
+
+    def lookup(self, fp: str, keys: Sequence[str]) -> dict[str, TokenSignals]:
+        table = self._load(fp)
+        return {k: table[k] for k in keys if k in table}
+
+    def add(self, fp: str, new: dict[str, TokenSignals]) -> None:
+        if not new:
+            return
+        self._load(fp).update(new)
+        if self.root is None:
+            return
+        d = self.root / fp
+        d.mkdir(parents=True, exist_ok=True)
+        keys = sorted(new)
+        name = content_hash(keys)
+        tmp = d / f".{name}.tmp"
+        save_signals(tmp, keys, [new[k] for k in keys])
+        tmp.replace(d / f"{name}.npz")
+
+
+class HFLanguageModel(LanguageModel):
+    """A Hugging Face causal LM with batched, length-sorted scoring and a signal cache."""
+
+    def __init__(self, model: torch.nn.Module, tokenizer, *, fingerprint: str, max_length: int = 128,
+                 batch_size: int = 32, device: torch.device | None = None, autocast_bf16: bool = False,
+                 add_bos: bool = True, cache: SignalCache | None = None, progress: bool = False) -> None:
+        self._model = model.eval()
+        self._tok = tokenizer
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.device = device or next(model.parameters()).device
+        self.autocast_bf16 = autocast_bf16
+        self.add_bos = add_bos and tokenizer.bos_token_id is not None
+        self._cache = cache or SignalCache(None)
+        self.progress = progress
+        self.fingerprint = content_hash({"model": fingerprint, "max_length": max_length, "bos": self.add_bos,
+                                         "bf16": autocast_bf16})
+
+    # -- tokenisation ----------------------------------------------------------------------------
+    def encode(self, text: str) -> list[int]:
+        ids = self._tok(text, add_special_tokens=False)["input_ids"]
+        if self.add_bos:
+            ids = [self._tok.bos_token_id] + ids
+        return ids[: self.max_length]
+
+    @property
+    def tokenizer(self):
+        return self._tok
+
+    def _autocast(self):
+        if self.autocast_bf16:
+            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+        return torch.autocast(self.device.type, enabled=False)
+
+    # -- signals ---------------------------------------------------------------------------------
+    def token_signals(self, texts: Sequence[str]) -> list[TokenSignals]:
+        keys = [text_hash(t) for t in texts]
+        have = self._cache.lookup(self.fingerprint, keys)
+        todo = {k: t for k, t in zip(keys, texts) if k not in have}
+        if todo:
+            computed = self._compute_signals(list(todo.keys()), list(todo.values()))
+            self._cache.add(self.fingerprint, computed)
+            have.update(computed)
+        return [have[k] for k in keys]
+
+    @torch.no_grad()
+    def _compute_signals(self, keys: list[str], texts: list[str]) -> dict[str, TokenSignals]:
+        encoded = [self.encode(t) for t in texts]
+        order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))  # length-sorted batches waste no padding
+        out: dict[str, TokenSignals] = {}
+        pad = self._tok.pad_token_id if self._tok.pad_token_id is not None else 0
+        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        it = batches
+        if self.progress and len(batches) > 4:
+            from tqdm.auto import tqdm
+            it = tqdm(batches, desc="scoring", unit="batch", leave=False)
+        for batch in it:
+            width = max(len(encoded[i]) for i in batch)
+            ids = torch.full((len(batch), width), pad, dtype=torch.long)
+            mask = torch.zeros((len(batch), width), dtype=torch.long)
+            for r, i in enumerate(batch):
+                ids[r, : len(encoded[i])] = torch.tensor(encoded[i])
+                mask[r, : len(encoded[i])] = 1
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            with self._autocast():
+                logits = self._model(input_ids=ids, attention_mask=mask).logits
+            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+            p = logp.exp()
+            mu = (p * logp).sum(-1)
+            sigma2 = (p * logp.square()).sum(-1) - mu.square()
+            tgt = ids[:, 1:]
+            tok_lp = logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+            top1 = logp.argmax(-1) == tgt
+            for r, i in enumerate(batch):
+                n = len(encoded[i]) - 1
+                out[keys[i]] = TokenSignals(
+                    token_ids=tgt[r, :n].cpu().numpy().astype(np.int32),
+                    logprobs=tok_lp[r, :n].cpu().numpy().astype(np.float32),
+                    mu=mu[r, :n].cpu().numpy().astype(np.float32),
+                    sigma2=sigma2[r, :n].clamp_min(0).cpu().numpy().astype(np.float32),
+                    top1=top1[r, :n].cpu().numpy().astype(np.int8),
+                )
+        return out
+
+    @torch.no_grad()
+    def next_token_logprobs(self, prefixes: Sequence[str]) -> np.ndarray:
+        rows = []
+        for start in range(0, len(prefixes), self.batch_size):
+            chunk = [self.encode(p) for p in prefixes[start:start + self.batch_size]]
+            width = max(len(c) for c in chunk)
+            pad = self._tok.pad_token_id or 0
+            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+            mask = torch.zeros_like(ids)
+            for r, c in enumerate(chunk):  # left-pad so the last position is the prediction point
+                ids[r, width - len(c):] = torch.tensor(c)
+                mask[r, width - len(c):] = 1
+            pos = (mask.cumsum(-1) - 1).clamp_min(0)
+            with self._autocast():
+                logits = self._model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                                     position_ids=pos.to(self.device)).logits
+            rows.append(torch.log_softmax(logits[:, -1].float(), -1).cpu().numpy())
+        return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
+
+    @torch.no_grad()
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        outs = []
+        for p in prompts:
+            ids = torch.tensor([self.encode(p)], device=self.device)
+            with self._autocast():
+                gen = self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                           max_new_tokens=max_new_tokens, do_sample=False,
+                                           pad_token_id=self._tok.pad_token_id)
+            outs.append(self._tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True))
+        return outs
+
+
+class RestrictedModel(LanguageModel):
+    """A view of a model that exposes only the capabilities a threat model releases.
+
+    It holds the wrapped model in a closure, not an attribute, so the handle an
+    attacker receives carries no weights, no training data and no labels.
+    """
+
+    __slots__ = ("fingerprint", "capabilities", "_call", "role")
+
+    def __init__(self, model: LanguageModel, capabilities: frozenset[str], role: str) -> None:
+        allowed = frozenset(capabilities) & MODEL_CAPABILITIES
+
+        def call(method: str, *args):
+            cap = {"token_signals": TOKEN_LOGPROBS, "next_token_logprobs": NEXT_TOKEN_DISTRIBUTION,
+                   "generate": GENERATE}[method]
+            if cap not in allowed:
+                raise CapabilityError(f"the {role} model does not release '{cap}' in this game: "
+                                      f"declare it in the attack's `requires` or use another game")
+            return getattr(model, method)(*args)
+
+        object.__setattr__(self, "_call", call)
+        object.__setattr__(self, "fingerprint", model.fingerprint)
+        object.__setattr__(self, "capabilities", allowed)
+        object.__setattr__(self, "role", role)
+
+    def __setattr__(self, name, value):
+        raise AttributeError("released model handles are read-only")
+
+    def token_signals(self, texts: Sequence[str]) -> list[TokenSignals]:
+        return self._call("token_signals", list(texts))
+
+    def next_token_logprobs(self, prefixes: Sequence[str]) -> np.ndarray:
+        return self._call("next_token_logprobs", list(prefixes))
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        return self._call("generate", list(prompts), max_new_tokens)
+
+
+def perplexity(nll: float) -> float:
+    return float(math.exp(min(nll, 50.0)))

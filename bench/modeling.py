@@ -1,0 +1,119 @@
+"""Model specs and loading: tiny GPT-NeoX models trained from scratch, or any Hugging Face checkpoint.
+
+A spec either describes an architecture that privbench pretrains itself
+(``source: scratch``) or names a hub id / local directory (``source: hf``).
+Both end as a directory in Hugging Face format, loaded by the same code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str
+    source: str = "scratch"            # "scratch" | "hf"
+    hf_id: str | None = None           # hub id or local directory when source == "hf"
+    revision: str | None = None
+    num_layers: int = 4
+    hidden_size: int = 128
+    num_heads: int = 4
+    context_length: int = 128
+    vocab_size: int = 8192
+    pretrain_tokens: int = 400_000     # tokens of the pretraining partition used (before epochs)
+    pretrain_epochs: int = 1
+    pretrain_lr: float = 2e-3
+    pretrain_batch_size: int = 16
+    reference_tokens: int = 200_000    # attacker's reference model: tokens of population data
+    autocast_bf16: bool = True         # bf16 autocast for training where supported
+    score_batch_size: int = 32
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def arch_dict(self) -> dict[str, Any]:
+        keys = ("source", "hf_id", "revision", "num_layers", "hidden_size", "num_heads", "context_length", "vocab_size")
+        return {k: getattr(self, k) for k in keys}
+
+
+BUILTIN_SPECS: dict[str, ModelSpec] = {
+    "nano": ModelSpec("nano", num_layers=4, hidden_size=128, num_heads=4),
+    "micro": ModelSpec("micro", num_layers=4, hidden_size=256, num_heads=4, pretrain_lr=1e-3),
+    "mini": ModelSpec("mini", num_layers=6, hidden_size=384, num_heads=6, pretrain_lr=8e-4),
+}
+
+
+def resolve_spec(name: str, params: dict[str, Any] | None = None) -> ModelSpec:
+    """A built-in spec with overrides, or a Hugging Face spec when ``hf_id`` is given."""
+    params = dict(params or {})
+    fields = {f.name: f for f in dataclasses.fields(ModelSpec)}
+    for key in params:
+        if key not in fields or key == "name":
+            import difflib
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            raise ConfigError(f"model '{name}': unknown parameter '{key}'" +
+                              (f": did you mean '{close[0]}'?" if close else f": known: {', '.join(fields)}"))
+        expected = type(getattr(BUILTIN_SPECS["nano"], key)) if getattr(BUILTIN_SPECS["nano"], key) is not None else str
+        value = params[key]
+        if expected is float and isinstance(value, (int, str)) and not isinstance(value, bool):
+            try:
+                params[key] = value = float(value)
+            except ValueError:
+                pass
+        if not isinstance(value, expected) or isinstance(value, bool) != (expected is bool):
+            raise ConfigError(f"model '{name}': parameter '{key}' is {value!r}: use a {expected.__name__}")
+        if expected in (int, float) and value <= 0:
+            raise ConfigError(f"model '{name}': parameter '{key}' is {value!r}: it must be > 0")
+    if "hf_id" in params:
+        params.setdefault("source", "hf")
+        return ModelSpec(name=name, **params)
+    if name not in BUILTIN_SPECS:
+        import difflib
+        close = difflib.get_close_matches(name, list(BUILTIN_SPECS), n=1)
+        raise ConfigError(f"unknown model '{name}': " + (f"did you mean '{close[0]}'? " if close else "") +
+                          f"use one of {', '.join(BUILTIN_SPECS)} or give hf_id: <hub id or local dir>")
+    return dataclasses.replace(BUILTIN_SPECS[name], **params)
+
+
+def build_scratch_model(spec: ModelSpec, tokenizer, seed: int) -> torch.nn.Module:
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    config = GPTNeoXConfig(
+        vocab_size=len(tokenizer), hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads, intermediate_size=4 * spec.hidden_size,
+        max_position_embeddings=spec.context_length, rotary_pct=0.25, use_parallel_residual=True,
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=False,
+    )
+    torch.manual_seed(seed)
+    return GPTNeoXForCausalLM(config)
+
+
+def load_model(path_or_id: str | Path, *, revision: str | None = None, device: torch.device | None = None):
+    """Load a causal LM and its tokenizer from a local directory or a hub id (same code for both)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(str(path_or_id), revision=revision)
+        model = AutoModelForCausalLM.from_pretrained(str(path_or_id), revision=revision, dtype=torch.float32)
+    except OSError as exc:
+        raise ConfigError(f"cannot load model '{path_or_id}': {str(exc).splitlines()[0]} "
+                          f"(give a local directory in Hugging Face format, or a hub id where the hub is reachable)"
+                          ) from None
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    if device is not None:
+        model.to(device)
+    return model, tok
+
+
+def count_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

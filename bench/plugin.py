@@ -1,0 +1,39 @@
+"""Base class shared by attacks, defenses and tasks: name, version, typed parameters, description."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from bench.hashing import content_hash
+from bench.params import Param, validate_params
+
+
+class Plugin:
+    """A registered, parameterised component. Subclasses declare ``params`` and get validation for free."""
+
+    kind: ClassVar[str] = "plugin"
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = "0.1.0"
+    description: ClassVar[str] = ""
+    params: ClassVar[tuple[Param, ...]] = ()
+
+    def __init__(self, **params: Any) -> None:
+        self.config: dict[str, Any] = validate_params(f"{self.kind} '{self.name}'", self.params, params)
+        for key, value in self.config.items():
+            setattr(self, key, value)
+
+    @property
+    def key(self) -> str:
+        """Content key of this configured plugin: name, version and every parameter value."""
+        return content_hash({"kind": self.kind, "name": self.name, "version": self.version, "params": self.config})
+
+    @classmethod
+    def info(cls) -> dict[str, Any]:
+        return {
+            "kind": cls.kind, "name": cls.name, "version": cls.version, "description": cls.description,
+            "params": [p.to_dict() for p in cls.params],
+        }
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
+        return f"{type(self).__name__}({args})"

@@ -1,0 +1,112 @@
+"""Plugin registries: decorators for built-ins, entry points for plugins installed from elsewhere.
+
+Built-in plugins register with ``@register_attack("loss")`` and friends when
+their module is imported. Third-party packages declare entry points in the
+groups ``privbench.attacks``, ``privbench.defenses`` and ``privbench.tasks``;
+each entry point names a plugin class (or a module that registers some).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any, Generic, TypeVar
+
+from bench.errors import RegistryError
+
+T = TypeVar("T")
+
+BUILTIN_MODULES = {
+    "attack": ["attacks.loss", "attacks.zlib", "attacks.min_k", "attacks.min_k_pp", "attacks.reference"],
+    "defense": ["defenses.finetune", "defenses.lora"],
+    "task": ["tasks.mini_pile"],
+}
+ENTRY_POINT_GROUPS = {"attack": "privbench.attacks", "defense": "privbench.defenses", "task": "privbench.tasks"}
+
+
+class Registry(Generic[T]):
+    """Name → plugin class, for one kind of plugin."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self._classes: dict[str, type] = {}
+        self._origin: dict[str, str] = {}
+        self._loaded = False
+        self.load_errors: list[str] = []
+
+    def register(self, name: str, *, origin: str = "builtin") -> Callable[[type], type]:
+        def decorator(cls: type) -> type:
+            if not name or not isinstance(name, str):
+                raise RegistryError(f"{self.kind} plugin {cls!r} has no name: pass one to @register_{self.kind}")
+            existing = self._classes.get(name)
+            if existing is not None and existing is not cls and _qualname(existing) != _qualname(cls):
+                raise RegistryError(
+                    f"{self.kind} '{name}' is registered twice ({_qualname(existing)} and {_qualname(cls)}): rename one")
+            cls.name = name
+            cls.kind = self.kind
+            self._classes[name] = cls
+            self._origin.setdefault(name, origin)
+            return cls
+        return decorator
+
+    def _ensure_loaded(self) -> None:
+        if self._loaded:
+            return
+        self._loaded = True
+        for module in BUILTIN_MODULES.get(self.kind, []):
+            importlib.import_module(module)
+        for ep in entry_points(group=ENTRY_POINT_GROUPS[self.kind]):
+            try:
+                obj = ep.load()
+            except Exception as exc:  # a broken third-party plugin must not break `privbench list`
+                self.load_errors.append(f"entry point '{ep.name}' ({ep.value}): {type(exc).__name__}: {exc}")
+                continue
+            if inspect.isclass(obj):
+                dist = getattr(ep, "dist", None)
+                self.register(getattr(obj, "name", "") or ep.name,
+                              origin=f"entry point {dist.name if dist else ep.value}")(obj)
+
+    def names(self) -> list[str]:
+        self._ensure_loaded()
+        return sorted(self._classes)
+
+    def get(self, name: str) -> type:
+        self._ensure_loaded()
+        try:
+            return self._classes[name]
+        except KeyError:
+            close = difflib.get_close_matches(name, list(self._classes), n=1, cutoff=0.5)
+            hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(self._classes))}"
+            raise RegistryError(f"unknown {self.kind} '{name}': {hint} (see `privbench list {self.kind}s`)") from None
+
+    def create(self, name: str, params: dict[str, Any] | None = None) -> Any:
+        return self.get(name)(**(params or {}))
+
+    def origin(self, name: str) -> str:
+        self._ensure_loaded()
+        return self._origin.get(name, "builtin")
+
+
+def _qualname(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+ATTACKS: Registry = Registry("attack")
+DEFENSES: Registry = Registry("defense")
+TASKS: Registry = Registry("task")
+REGISTRIES = {"attacks": ATTACKS, "defenses": DEFENSES, "tasks": TASKS}
+
+
+def register_attack(name: str) -> Callable[[type], type]:
+    return ATTACKS.register(name)
+
+
+def register_defense(name: str) -> Callable[[type], type]:
+    return DEFENSES.register(name)
+
+
+def register_task(name: str) -> Callable[[type], type]:
+    return TASKS.register(name)

@@ -1,0 +1,200 @@
+"""Runs a suite: worlds → θ, reference, θ' per defense → every game × attack → scores, metrics, utility.
+
+The runner is the single writer of the database. Every evaluation is keyed by
+content, so a rerun skips what is stored and a killed run resumes where it
+stopped; model artifacts and per-token signals come from the cache.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference, ensure_tokenizer
+from bench.attack import run_attack
+from bench.cache import ArtifactCache
+from bench.device import select_device, set_threads
+from bench.errors import PluginError, PrivbenchError
+from bench.game import Challenger
+from bench.hashing import code_version, content_hash
+from bench.lm import HFLanguageModel, SignalCache
+from bench.metrics import membership_metrics
+from bench.modeling import ModelSpec, load_model
+from bench.store import Store
+from bench.suite import Suite
+
+
+@dataclass
+class RunResult:
+    run_id: int
+    status: str
+    new_evaluations: int
+    skipped_evaluations: int
+    seconds: float
+
+
+def hardware_info() -> dict:
+    info = {"platform": platform.platform(), "python": sys.version.split()[0], "torch": torch.__version__,
+            "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}
+    if torch.cuda.is_available():
+        info["gpu"] = torch.cuda.get_device_name(0)
+    return info
+
+
+def _log(msg: str) -> None:
+    print(f"[privbench] {msg}", file=sys.stderr, flush=True)
+
+
+class Runner:
+    def __init__(self, suite: Suite, store: Store, cache: ArtifactCache, *, command: str | None = None,
+                 quiet: bool = False) -> None:
+        self.suite = suite
+        self.store = store
+        self.cache = cache
+        self.signals = SignalCache(cache.root / "signals")
+        self.command = command
+        self.quiet = quiet
+        self.code_version = code_version()
+
+    def log(self, msg: str) -> None:
+        if not self.quiet:
+            _log(msg)
+
+    @property
+    def run_key(self) -> str:
+        return content_hash(self.suite.config, self.code_version)
+
+    def plugin_versions(self) -> dict[str, str]:
+        s = self.suite
+        out = {f"attack:{e.name}": e.instance.version for e in s.attacks}
+        out.update({f"defense:{e.name}": e.instance.version for e in s.defenses})
+        out.update({f"task:{e.name}": e.instance.version for e in s.tasks})
+        return out
+
+    def run(self) -> RunResult:
+        set_threads()
+        t0 = time.perf_counter()
+        s = self.suite
+        run_id, previous = self.store.begin_run(
+            run_key=self.run_key, suite=s.name, config=s.config, config_hash=s.config_hash,
+            code_version=self.code_version, plugin_versions=self.plugin_versions(), seeds=s.seeds,
+            hardware=hardware_info(), command=self.command)
+        if previous == "complete":
+            self.log(f"run {run_id} of suite '{s.name}' is already complete for this code version: nothing to do")
+            return RunResult(run_id, "complete", 0, 0, time.perf_counter() - t0)
+        self.log(f"run {run_id}: suite '{s.name}' ({'resuming' if previous != 'new' else 'new'}), "
+                 f"code {self.code_version}")
+        self._new = self._skipped = 0
+        try:
+            self._run(run_id)
+        except BaseException as exc:
+            msg = str(exc) if isinstance(exc, PrivbenchError) else f"{type(exc).__name__}: {exc}"
+            self.store.finish_run(run_id, status="failed", error=msg, duration_s=time.perf_counter() - t0)
+            raise
+        dt = time.perf_counter() - t0
+        self.store.finish_run(run_id, status="complete", duration_s=dt)
+        self.log(f"run {run_id} complete in {dt:.1f}s: {self._new} new evaluations, {self._skipped} already stored")
+        return RunResult(run_id, "complete", self._new, self._skipped, dt)
+
+    # -------------------------------------------------------------------------------------------
+    def _lm(self, path, key: str, spec: ModelSpec, device) -> HFLanguageModel:
+        model, tok = load_model(path, revision=spec.revision if spec.source == "hf" else None, device=device)
+        return HFLanguageModel(model, tok, fingerprint=key, max_length=spec.context_length,
+                               batch_size=spec.score_batch_size, device=device, cache=self.signals,
+                               progress=not self.quiet)
+
+    def _run(self, run_id: int) -> None:
+        s = self.suite
+        device = select_device(s.device)
+        for task_entry in s.tasks:
+            self.log(f"task '{task_entry.label}': building data")
+            data = task_entry.instance.build(self.cache)
+            for spec in s.models:
+                tok = ensure_tokenizer(self.cache, spec, data) if spec.source == "scratch" else None
+                reference = None
+                if s.reference and spec.source == "scratch":
+                    self.log(f"model '{spec.name}': attacker reference model on population data")
+                    ref_path, ref_key = ensure_reference(self.cache, spec, data, tok, device)
+                    reference = self._lm(ref_path, ref_key, spec, device)
+                for seed in s.seeds:
+                    self._world(run_id, task_entry.label, data, spec, tok, reference, seed, device)
+
+    def _world(self, run_id, task_label, data, spec, tok, reference, seed, device) -> None:
+        s = self.suite
+        ch = Challenger(data, s.world, seed)
+        heldout = list(data.heldout[: s.utility["n_heldout"]])
+        self.log(f"world {ch.world_key} (task {task_label}, model {spec.name}, seed {seed}): pretraining θ")
+        base_path, base_key = ensure_pretrained(self.cache, spec, data, tok, ch.pretraining_inserts(), seed, device)
+        theta = self._lm(base_path, base_key, spec, device)
+        warm = ch.target_texts() + heldout
+        theta.token_signals(warm)
+        if reference is not None:
+            reference.token_signals(warm)
+        common = dict(task=task_label, model=spec.name, seed=seed)
+        self._utility(run_id, theta, heldout, role="pretrained", defense="-", key=base_key, **common)
+        if reference is not None:
+            self._utility(run_id, reference, heldout, role="reference", defense="-", key=reference.fingerprint,
+                          **common)
+        adaptation = ch.adaptation_data()
+        for d in s.defenses:
+            self.log(f"defense '{d.label}': adapting θ → θ' on {len(adaptation.texts)} records")
+            ad_path, ad_key, meta = ensure_adapted(self.cache, spec, (base_path, base_key), d.instance, adaptation,
+                                                   seed, device)
+            theta_p = self._lm(ad_path, ad_key, spec, device)
+            theta_p.token_signals(warm)
+            self._utility(run_id, theta_p, heldout, role="adapted", defense=d.label, key=ad_key, **common,
+                          train=meta.get("report", {}))
+            if meta.get("guarantee"):
+                g = meta["guarantee"]
+                self.store.write_guarantee(run_id, task=task_label, model=spec.name, defense=d.label, seed=seed,
+                                           name=str(g.get("name", "guarantee")), value=g.get("value"), details=g)
+            for game in s.games:
+                inst = ch.instance(game)
+                for a in s.attacks:
+                    self._evaluate(run_id, ch, inst, a, d, theta, theta_p, reference, data, **common)
+
+    def _evaluate(self, run_id, ch, inst, a, d, theta, theta_p, reference, data, *, task, model, seed) -> None:
+        s = self.suite
+        eval_key = content_hash(ch.world_key, theta.fingerprint, theta_p.fingerprint,
+                                reference.fingerprint if reference else None, d.label, d.instance.key,
+                                inst.spec.name, a.label, a.instance.key, s.metrics)
+        if self.store.has_evaluation(run_id, eval_key):
+            self._skipped += 1
+            return
+        t0 = time.perf_counter()
+        view = ch.view(inst, requires=a.instance.requires, pretrained=theta, adapted=theta_p, reference=reference,
+                       population=data.population, attack_name=a.label)
+        try:
+            scores = run_attack(a.instance, view)
+        except PluginError as exc:
+            raise PluginError(f"{exc} [game {inst.spec.name}, defense {d.label}]") from exc
+        rows = membership_metrics(inst.labels, scores, fprs=tuple(s.metrics["fprs"]), n_boot=s.metrics["n_boot"],
+                                  alpha=s.metrics["alpha"], seed=seed)
+        self.store.write_evaluation(
+            run_id, eval_key, task=task, model=model, defense=d.label, defense_params=d.instance.config, seed=seed,
+            game=inst.spec.name, attack=a.label, attack_params=a.instance.config, world_key=ch.world_key,
+            target_ids=[t.id for t in inst.targets], labels=inst.labels.tolist(), scores=scores.tolist(),
+            metrics=rows, duration_s=time.perf_counter() - t0)
+        self._new += 1
+
+    def _utility(self, run_id, lm: HFLanguageModel, heldout: list[str], *, role, defense, key, task, model, seed,
+                 train: dict | None = None) -> None:
+        sig = lm.token_signals(heldout)
+        n_tok = int(sum(x.n_tokens for x in sig))
+        total = float(sum(-x.logprobs.astype(np.float64).sum() for x in sig))
+        loss = total / max(n_tok, 1)
+        hits = int(sum(int(x.top1.sum()) for x in sig))
+        values = {"loss": loss, "perplexity": float(np.exp(min(loss, 50.0))),
+                  "next_token_accuracy": hits / max(n_tok, 1)}
+        if train and "train" in train:
+            values["train_seconds"] = float(train["train"].get("seconds", 0.0))
+        self.store.write_utility(run_id, content_hash(key, "heldout", len(heldout)), task=task, model=model,
+                                 defense=defense, seed=seed, role=role, dataset="heldout", values=values,
+                                 n_tokens=n_tok)

@@ -1,0 +1,58 @@
+"""Per-token signals of a model on a text, computed once and shared by every attack.
+
+For each text we keep the token ids, log p(x_t | x_<t) of every scored token,
+and the mean and variance of log p(z) under the model's own next-token
+distribution at that position (what Min-K%++ normalises by). Loss, zlib,
+Min-K%, Min-K%++, reference and RMIA are then cheap functions of these.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class TokenSignals:
+    """Signals of one text under one model. Arrays have one entry per scored token."""
+
+    token_ids: np.ndarray   # int32, the scored tokens
+    logprobs: np.ndarray    # float32, log p(x_t | x_<t)
+    mu: np.ndarray          # float32, E_{z~p(.|x_<t)}[log p(z)]
+    sigma2: np.ndarray      # float32, Var_{z~p(.|x_<t)}[log p(z)]
+    top1: np.ndarray        # int8, 1 where x_t is the model's most likely next token (next-token accuracy)
+
+    @property
+    def n_tokens(self) -> int:
+        return int(self.logprobs.shape[0])
+
+    def nll(self) -> float:
+        """Mean negative log-likelihood per token (the 'loss' of the text)."""
+        if self.n_tokens == 0:
+            return float("nan")
+        return float(-self.logprobs.astype(np.float64).mean())
+
+
+def save_signals(path: Path, keys: list[str], signals: list[TokenSignals]) -> None:
+    """Pack many texts' signals into one .npz (concatenated arrays plus offsets)."""
+    lengths = np.array([s.n_tokens for s in signals], dtype=np.int64)
+    offsets = np.concatenate([[0], np.cumsum(lengths)])
+    cat = lambda name, dt: (np.concatenate([getattr(s, name) for s in signals]).astype(dt)  # noqa: E731
+                            if signals else np.zeros(0, dt))
+    with path.open("wb") as f:
+        np.savez(f, keys=np.array(keys, dtype=object), offsets=offsets,
+                 token_ids=cat("token_ids", np.int32), logprobs=cat("logprobs", np.float32),
+                 mu=cat("mu", np.float32), sigma2=cat("sigma2", np.float32), top1=cat("top1", np.int8))
+
+
+def load_signals(path: Path) -> dict[str, TokenSignals]:
+    data = np.load(path, allow_pickle=True)
+    keys, off = list(data["keys"]), data["offsets"]
+    out = {}
+    for i, k in enumerate(keys):
+        sl = slice(int(off[i]), int(off[i + 1]))
+        out[str(k)] = TokenSignals(data["token_ids"][sl], data["logprobs"][sl], data["mu"][sl], data["sigma2"][sl],
+                              data["top1"][sl])
+    return out

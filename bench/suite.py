@@ -1,0 +1,202 @@
+"""Suites as data: a YAML file naming tasks, models, defenses, attacks, games, seeds and world sizes.
+
+Everything is validated when the suite loads, before any training starts, so a
+typo costs a second, not an hour.
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.errors import ConfigError, PrivbenchError
+from bench.game import WORLD_PARAMS, GameSpec, resolve_games
+from bench.hashing import content_hash
+from bench.modeling import ModelSpec, resolve_spec
+from bench.params import validate_params
+from bench.registry import ATTACKS, DEFENSES, TASKS
+
+SUITE_DIR = Path(__file__).resolve().parent / "suites"
+TOP_KEYS = {"name", "description", "seeds", "tasks", "models", "defenses", "attacks", "games", "world",
+            "reference", "metrics", "utility", "device"}
+
+
+@dataclass
+class PluginEntry:
+    label: str          # unique name in this suite (defaults to the plugin name)
+    name: str
+    params: dict[str, Any]
+    instance: Any
+
+
+@dataclass
+class Suite:
+    name: str
+    description: str
+    path: str | None
+    raw: dict[str, Any]
+    seeds: list[int]
+    tasks: list[PluginEntry]
+    models: list[ModelSpec]
+    defenses: list[PluginEntry]
+    attacks: list[PluginEntry]
+    games: list[GameSpec]
+    world: dict[str, Any]
+    reference: bool
+    metrics: dict[str, Any] = field(default_factory=dict)
+    utility: dict[str, Any] = field(default_factory=dict)
+    device: str = "auto"
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The fully resolved configuration (defaults filled in): what the run key hashes."""
+        return {
+            "name": self.name, "seeds": self.seeds,
+            "tasks": [{"label": e.label, "name": e.name, "params": e.instance.config} for e in self.tasks],
+            "models": [m.to_dict() for m in self.models],
+            "defenses": [{"label": e.label, "name": e.name, "version": e.instance.version,
+                          "params": e.instance.config} for e in self.defenses],
+            "attacks": [{"label": e.label, "name": e.name, "version": e.instance.version,
+                         "params": e.instance.config} for e in self.attacks],
+            "games": [g.name for g in self.games], "world": self.world, "reference": self.reference,
+            "metrics": self.metrics, "utility": self.utility, "device": self.device,
+        }
+
+    @property
+    def config_hash(self) -> str:
+        return content_hash(self.config)
+
+
+def find_suite(ref: str) -> Path:
+    """A path to a YAML file, or the name of a bundled suite (``smoke``, ``quick``)."""
+    p = Path(ref)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.is_file():
+            raise ConfigError(f"suite file '{ref}' not found: check the path, or use a bundled suite "
+                              f"({', '.join(bundled_suites())})")
+        return p
+    bundled = SUITE_DIR / f"{ref}.yaml"
+    if bundled.is_file():
+        return bundled
+    close = difflib.get_close_matches(ref, bundled_suites(), n=1)
+    raise ConfigError(f"unknown suite '{ref}': " + (f"did you mean '{close[0]}'? " if close else "") +
+                      f"bundled suites: {', '.join(bundled_suites())}; or give a path to a .yaml file")
+
+
+def bundled_suites() -> list[str]:
+    return sorted(p.stem for p in SUITE_DIR.glob("*.yaml"))
+
+
+def load_suite(ref: str) -> Suite:
+    path = find_suite(ref)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError(f"suite file '{path}' is not UTF-8 text: save it as UTF-8 YAML") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"suite file '{path}' is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    if raw is None:
+        raise ConfigError(f"suite file '{path}' is empty: see the bundled suites in {SUITE_DIR} for the format")
+    return parse_suite(raw, path=str(path))
+
+
+def _entries(raw: Any, key: str, registry, suite: str) -> list[PluginEntry]:
+    if raw is None:
+        raise ConfigError(f"suite '{suite}': '{key}' is missing: list at least one {registry.kind}")
+    if not isinstance(raw, list) or not raw:
+        raise ConfigError(f"suite '{suite}': '{key}' must be a non-empty list of names or {{name, params}} mappings")
+    out, seen = [], set()
+    for item in raw:
+        if isinstance(item, str):
+            item = {"name": item}
+        if not isinstance(item, dict) or "name" not in item:
+            raise ConfigError(f"suite '{suite}': every entry of '{key}' needs a 'name' (got {item!r})")
+        extra = set(item) - {"name", "params", "label"}
+        if extra:
+            raise ConfigError(f"suite '{suite}': entry '{item['name']}' of '{key}' has unknown keys {sorted(extra)}: "
+                              f"use name, params, label")
+        params = item.get("params") or {}
+        if not isinstance(params, dict):
+            raise ConfigError(f"suite '{suite}': params of '{item['name']}' must be a mapping")
+        instance = registry.create(str(item["name"]), params)
+        label = str(item.get("label") or item["name"])
+        if label in seen:
+            raise ConfigError(f"suite '{suite}': '{label}' appears twice in '{key}': give one a distinct 'label'")
+        seen.add(label)
+        out.append(PluginEntry(label, str(item["name"]), params, instance))
+    return out
+
+
+def parse_suite(raw: Any, path: str | None = None) -> Suite:
+    where = path or "<suite>"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"suite '{where}' must be a YAML mapping with keys like name, seeds, tasks, models, ...")
+    unknown = set(raw) - TOP_KEYS
+    if unknown:
+        key = sorted(unknown)[0]
+        close = difflib.get_close_matches(key, sorted(TOP_KEYS), n=1)
+        raise ConfigError(f"suite '{where}': unknown key '{key}': " +
+                          (f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(TOP_KEYS))}"))
+    name = raw.get("name") or (Path(path).stem if path else "suite")
+    seeds = raw.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = [seeds]
+    if (not isinstance(seeds, list) or not seeds or
+            not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
+        raise ConfigError(f"suite '{name}': seeds must be a non-empty list of non-negative integers (got {seeds!r})")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"suite '{name}': seeds {seeds} repeat a value: list each seed once")
+    models_raw = raw.get("models")
+    if not isinstance(models_raw, list) or not models_raw:
+        raise ConfigError(f"suite '{name}': 'models' must be a non-empty list (e.g. [nano])")
+    models = []
+    for m in models_raw:
+        if isinstance(m, str):
+            m = {"name": m}
+        if not isinstance(m, dict) or "name" not in m:
+            raise ConfigError(f"suite '{name}': every model needs a 'name' (got {m!r})")
+        models.append(resolve_spec(str(m["name"]), m.get("params") or {}))
+    try:
+        tasks = _entries(raw.get("tasks"), "tasks", TASKS, name)
+        defenses = _entries(raw.get("defenses"), "defenses", DEFENSES, name)
+        attacks = _entries(raw.get("attacks"), "attacks", ATTACKS, name)
+    except PrivbenchError as exc:
+        raise ConfigError(f"suite '{name}': {exc}") from None
+    games = resolve_games(raw.get("games", "all"))
+    world = validate_params(f"suite '{name}' world", WORLD_PARAMS, raw.get("world"))
+    for spec in models:
+        if spec.source == "hf":
+            bad = [g.name for g in games if g.name not in ("adapt", "joint/fresh", "null")]
+            if bad:
+                raise ConfigError(f"suite '{name}': model '{spec.name}' is a released checkpoint whose pretraining "
+                                  f"privbench does not control, so games {bad} are undefined: use games "
+                                  f"[adapt, joint/fresh, null] or a task with a known pretraining split")
+    ref = raw.get("reference", True)
+    if not isinstance(ref, bool):
+        raise ConfigError(f"suite '{name}': 'reference' must be true or false")
+    metrics = raw.get("metrics") or {}
+    if not isinstance(metrics, dict):
+        raise ConfigError(f"suite '{name}': 'metrics' must be a mapping")
+    from bench.params import Param
+    metrics = validate_params(f"suite '{name}' metrics", (
+        Param("n_boot", int, 1000, "bootstrap resamples for the AUC CI", low=10),
+        Param("alpha", float, 0.05, "1 - confidence level", low=0.0, high=0.5, low_inclusive=False),
+        Param("fprs", list, [0.001, 0.01, 0.05], "FPR targets for TPR@FPR", item_type=float),
+    ), metrics)
+    utility = validate_params(f"suite '{name}' utility", (
+        Param("n_heldout", int, 200, "held-out records for loss / perplexity", low=1),
+    ), raw.get("utility") or {})
+    device = raw.get("device", "auto")
+    if not isinstance(device, str):
+        raise ConfigError(f"suite '{name}': 'device' must be a string like auto, cpu or cuda")
+    return Suite(name=str(name), description=str(raw.get("description", "")), path=path, raw=raw, seeds=seeds,
+                 tasks=tasks, models=models, defenses=defenses, attacks=attacks, games=games, world=world,
+                 reference=ref, metrics=metrics, utility=utility, device=device)

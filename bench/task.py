@@ -1,0 +1,38 @@
+"""Task contract: a task builds the data partitions that one world is drawn from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from bench.plugin import Plugin
+
+
+@dataclass(frozen=True)
+class TargetRecord:
+    """A candidate target: the challenger decides whether it goes into S, D, both or neither."""
+
+    id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class TaskData:
+    """Disjoint partitions of one task. Only the challenger sees all of them."""
+
+    name: str
+    pretrain: tuple[str, ...]          # pretraining corpus S (before targets are inserted)
+    heldout: tuple[str, ...]           # same distribution, never trained on: utility evaluation
+    population: tuple[str, ...]        # attacker-owned data from the same distribution
+    adapt: tuple[str, ...]             # adaptation data D (before targets are inserted)
+    targets: tuple[TargetRecord, ...]  # pool the challenger draws targets from
+    fingerprint: str
+    sources: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+class Task(Plugin):
+    kind: ClassVar[str] = "task"
+
+    def build(self, cache=None) -> TaskData:  # pragma: no cover - interface
+        raise NotImplementedError

@@ -1,0 +1,63 @@
+"""The embedded default task: an offline mini-Pile of real code (Python stdlib) and prose (Shakespeare).
+
+Partitions are document-level and hash-based (see :mod:`tasks.corpus`), so a
+record's membership never depends on file order, and no non-member shares a
+long n-gram with pretraining. The built corpus is cached by content key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench.cache import ArtifactCache
+from bench.hashing import CACHE_SCHEMA, content_hash
+from bench.params import Param
+from bench.registry import register_task
+from bench.task import TargetRecord, Task, TaskData
+from tasks.corpus import CORPUS_VERSION, build_corpus
+from tasks.sources import get_source
+
+
+@register_task("mini_pile")
+class MiniPile(Task):
+    description = ("Offline mini-Pile: Python standard library code and Shakespeare's plays, partitioned by "
+                   "document into pretraining, held-out, attacker population, adaptation and target pools.")
+    params = (
+        Param("sources", list, ["stdlib_code", "shakespeare"], "text sources to mix", item_type=str),
+        Param("max_chars_per_source", int, 3_000_000, "deterministic per-source budget of characters", low=10_000),
+        Param("record_chars", int, 320, "approximate characters per record", low=40),
+        Param("min_chars", int, 120, "drop records shorter than this", low=1),
+        Param("salt", str, "privbench-v1", "partition salt; changing it draws new partitions"),
+    )
+
+    def _provenance(self) -> list[dict]:
+        return [get_source(name).info.to_dict() for name in self.sources]
+
+    def build(self, cache: ArtifactCache | None = None) -> TaskData:
+        provenance = self._provenance()
+        key = content_hash("mini_pile", CACHE_SCHEMA, CORPUS_VERSION, self.config, provenance)
+
+        def make(tmp: Path) -> None:
+            corpus = build_corpus(tuple(self.sources), record_chars=self.record_chars, min_chars=self.min_chars,
+                                  max_chars_per_source=self.max_chars_per_source, salt=self.salt)
+            parts = {name: [[r.id, r.text, r.source] for r in recs] for name, recs in corpus.partitions.items()}
+            (tmp / "corpus.json").write_text(json.dumps({"partitions": parts, "fingerprint": corpus.fingerprint(),
+                                                         "stats": corpus.stats(),
+                                                         "sources": [s.to_dict() for s in corpus.sources]}))
+
+        cache = cache or ArtifactCache()
+        path = cache.get_or_build("data", key, make)
+        blob = json.loads((path / "corpus.json").read_text())
+        p = blob["partitions"]
+        return TaskData(
+            name=self.name,
+            pretrain=tuple(t for _, t, _ in p["pretrain"]),
+            heldout=tuple(t for _, t, _ in p["heldout"]),
+            population=tuple(t for _, t, _ in p["population"]),
+            adapt=tuple(t for _, t, _ in p["adapt"]),
+            targets=tuple(TargetRecord(i, t) for i, t, _ in p["targets"]),
+            fingerprint=blob["fingerprint"],
+            sources=tuple(blob["sources"]),
+            stats=blob["stats"],
+        )
