@@ -16,6 +16,10 @@ from bench.task import TaskData
 from bench.tokenizer import train_bpe_tokenizer
 from bench.training import train_causal_lm
 
+from transformers.utils import logging as _hf_logging
+
+_hf_logging.disable_progress_bar()  # weight loading/saving takes well under a second here
+
 TOKENIZER_CHARS = 4_000_000  # characters of the pretraining partition the tokenizer learns from
 
 
@@ -55,7 +59,7 @@ def _pack(tokenizer, texts, n_tokens: int, block: int) -> list[list[int]]:
 
 
 def _scratch_pretrain(tmp: Path, spec: ModelSpec, tok_dir: Path, corpus, inserts: list[str], n_tokens: int,
-                      seed: int, device: torch.device, desc: str) -> None:
+                      seed: int, device: torch.device, desc: str, progress: bool = True) -> None:
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(tok_dir)
     model = build_scratch_model(spec, tok, seed).to(device)
@@ -63,14 +67,15 @@ def _scratch_pretrain(tmp: Path, spec: ModelSpec, tok_dir: Path, corpus, inserts
     seqs = _pack(tok, corpus, n_tokens, spec.context_length) + ctx.encode(inserts)
     stats = train_causal_lm(model, seqs, epochs=spec.pretrain_epochs, lr=spec.pretrain_lr,
                             batch_size=spec.pretrain_batch_size, seed=seed, pad_id=ctx.pad_id, weight_decay=0.01,
-                            autocast_bf16=spec.autocast_bf16, device=device, desc=desc)
+                            autocast_bf16=spec.autocast_bf16, device=device, desc=desc, progress=progress)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     (tmp / "privbench.json").write_text(json.dumps({"train": stats.to_dict(), "n_inserted": len(inserts)}))
 
 
 def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok: tuple[Path, str],
-                      inserts: list[str], seed: int, device: torch.device) -> tuple[Path, str]:
+                      inserts: list[str], seed: int, device: torch.device,
+                      progress: bool = True) -> tuple[Path, str]:
     """θ: trained from scratch on S ∪ {a=1 targets}; or a released checkpoint for ``source: hf``."""
     if spec.source == "hf":
         return Path(spec.hf_id) if Path(str(spec.hf_id)).exists() else spec.hf_id, content_hash(
@@ -80,30 +85,31 @@ def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok
                        sorted(text_hash(t) for t in inserts), seed)
     path = cache.get_or_build("pretrained", key, lambda tmp: _scratch_pretrain(
         tmp, spec, tok[0], data.pretrain, inserts, spec.pretrain_tokens, seed, device,
-        desc=f"pretrain {spec.name} seed {seed}"))
+        desc=f"pretrain {spec.name} seed {seed}", progress=progress))
     return path, key
 
 
 def ensure_reference(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok: tuple[Path, str],
-                     device: torch.device) -> tuple[Path, str]:
+                     device: torch.device, progress: bool = True) -> tuple[Path, str]:
     """The attacker's reference model: the same public recipe, trained on attacker-owned population data."""
     key = content_hash("reference", CACHE_SCHEMA, spec.arch_dict(), spec.reference_tokens, spec.pretrain_epochs,
                        spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1], data.fingerprint)
     path = cache.get_or_build("reference", key, lambda tmp: _scratch_pretrain(
         tmp, spec, tok[0], data.population, [], spec.reference_tokens, 1_000_003, device,
-        desc=f"reference {spec.name}"))
+        desc=f"reference {spec.name}", progress=progress))
     return path, key
 
 
 def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str, str], defense: Defense,
-                   data: AdaptationData, seed: int, device: torch.device) -> tuple[Path, str, dict]:
+                   data: AdaptationData, seed: int, device: torch.device,
+                   progress: bool = True) -> tuple[Path, str, dict]:
     """θ' = defense.adapt(θ, D̃), merged into a plain Hugging Face checkpoint."""
     key = content_hash("adapted", CACHE_SCHEMA, base[1], defense.name, defense.version, defense.config,
                        [text_hash(t) for t in data.texts], seed, spec.context_length, spec.autocast_bf16)
 
     def build(tmp: Path) -> None:
         model, tok = load_model(base[0], revision=spec.revision, device=device)
-        ctx = TrainContext(tok, device, spec.context_length, seed, spec.autocast_bf16)
+        ctx = TrainContext(tok, device, spec.context_length, seed, spec.autocast_bf16, progress=progress)
         torch.manual_seed(seed)
         adapted = defense.adapt(model, data, ctx)
         adapted.save_pretrained(tmp)

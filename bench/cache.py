@@ -76,7 +76,13 @@ class ArtifactCache:
             (tmp / MANIFEST).write_text(json.dumps({"kind": kind, "key": key, "files": files}, indent=1))
             if target.exists():  # corrupt or partial leftover: replace it
                 shutil.rmtree(target, ignore_errors=True)
-            os.replace(tmp, target)
+            try:
+                os.replace(tmp, target)
+            except OSError:
+                # another process finished the same artifact first: keep theirs if it is valid
+                shutil.rmtree(tmp, ignore_errors=True)
+                if not self.is_valid(kind, key, verify=verify):
+                    raise
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise

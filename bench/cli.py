@@ -6,8 +6,28 @@ import json
 import sys
 from typing import Optional
 
-import click
 import typer
+
+
+def _click_exception_types() -> tuple[tuple[type, ...], tuple[type, ...]]:
+    """(usage-error types, abort types) of click and of the click copy that recent typer bundles."""
+    usage: list[type] = []
+    abort: list[type] = [typer.Abort]
+    try:
+        import click
+        usage.append(click.ClickException)
+        abort.append(click.Abort)
+    except ImportError:  # pragma: no cover
+        pass
+    try:
+        from typer._click import exceptions as bundled
+        usage.append(bundled.ClickException)
+    except ImportError:  # pragma: no cover - typer versions that use click itself
+        pass
+    return tuple(usage), tuple(abort)
+
+
+CLICK_USAGE_ERRORS, CLICK_ABORTS = _click_exception_types()
 
 from bench.errors import PrivbenchError
 
@@ -153,16 +173,18 @@ def show(
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors and non-zero exit codes for everything a user can get wrong."""
+    from bench.device import tune_allocator
+    tune_allocator()
     command = typer.main.get_command(app)
     try:
         command.main(args=argv, prog_name="privbench", standalone_mode=False)
     except PrivbenchError as exc:
         typer.echo(f"error: {exc}", err=True)
         return exc.exit_code
-    except click.exceptions.Abort:
+    except CLICK_ABORTS:
         typer.echo("aborted", err=True)
         return 130
-    except click.ClickException as exc:
+    except CLICK_USAGE_ERRORS as exc:
         exc.show()
         return exc.exit_code
     except KeyboardInterrupt:

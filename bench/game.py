@@ -86,9 +86,14 @@ def resolve_games(names: list[str] | str) -> list[GameSpec]:
         return list(GAMES.values())
     if isinstance(names, str):
         names = [names]
+    if not isinstance(names, list) or not names:
+        raise ConfigError(f"games must be 'all' or a non-empty list of game names (got {names!r}): "
+                          f"games are {', '.join(GAMES)}")
     out = []
     for n in names:
-        if n not in GAMES:
+        if n is None:  # YAML reads a bare `null` as None; the control game is named "null"
+            n = "null"
+        if not isinstance(n, str) or n not in GAMES:
             import difflib
             close = difflib.get_close_matches(str(n), list(GAMES), n=1)
             raise ConfigError(f"unknown game '{n}': " + (f"did you mean '{close[0]}'? " if close else "") +
@@ -125,6 +130,9 @@ class AttackerView:
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("the attacker view is read-only")
+
+    def __delattr__(self, name: str) -> None:
         raise AttributeError("the attacker view is read-only")
 
     @property

@@ -34,6 +34,7 @@ ALL_CAPABILITIES = MODEL_CAPABILITIES | {REFERENCE_MODEL, SHADOW_MODELS, POPULAT
 class LanguageModel(ABC):
     """A causal language model as seen from outside: signals, next-token distributions, generation."""
 
+    __slots__ = ()
     #: content hash identifying the model's behaviour (weights + tokenizer + scoring settings)
     fingerprint: str
     capabilities: frozenset[str] = MODEL_CAPABILITIES
@@ -167,7 +168,8 @@ class HFLanguageModel(LanguageModel):
             logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
             p = logp.exp()
             mu = (p * logp).sum(-1)
-            sigma2 = (p * logp.square()).sum(-1) - mu.square()
+            # centred form: E[(log p - mu)^2] avoids cancellation when the distribution is near-uniform
+            sigma2 = (p * (logp - mu.unsqueeze(-1)).square()).sum(-1)
             tgt = ids[:, 1:]
             tok_lp = logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
             top1 = logp.argmax(-1) == tgt
@@ -217,8 +219,10 @@ class HFLanguageModel(LanguageModel):
 class RestrictedModel(LanguageModel):
     """A view of a model that exposes only the capabilities a threat model releases.
 
-    It holds the wrapped model in a closure, not an attribute, so the handle an
-    attacker receives carries no weights, no training data and no labels.
+    It holds the wrapped model in a closure, not an attribute, so the handle has
+    no attribute leading to weights or training data, and it never holds labels.
+    (In-process Python is not a security boundary: `privbench submit` runs
+    untrusted plugins in a separate, sandboxed process.)
     """
 
     __slots__ = ("fingerprint", "capabilities", "_call", "role")
@@ -240,6 +244,9 @@ class RestrictedModel(LanguageModel):
         object.__setattr__(self, "role", role)
 
     def __setattr__(self, name, value):
+        raise AttributeError("released model handles are read-only")
+
+    def __delattr__(self, name):
         raise AttributeError("released model handles are read-only")
 
     def token_signals(self, texts: Sequence[str]) -> list[TokenSignals]:

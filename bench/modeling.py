@@ -34,7 +34,7 @@ class ModelSpec:
     pretrain_batch_size: int = 16
     reference_tokens: int = 200_000    # attacker's reference model: tokens of population data
     autocast_bf16: bool = True         # bf16 autocast for training where supported
-    score_batch_size: int = 32
+    score_batch_size: int = 8
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -100,7 +100,9 @@ def build_scratch_model(spec: ModelSpec, tokenizer, seed: int) -> torch.nn.Modul
 def load_model(path_or_id: str | Path, *, revision: str | None = None, device: torch.device | None = None):
     """Load a causal LM and its tokenizer from a local directory or a hub id (same code for both)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # sub-second weight loading needs no bar
     try:
         tok = AutoTokenizer.from_pretrained(str(path_or_id), revision=revision)
         model = AutoModelForCausalLM.from_pretrained(str(path_or_id), revision=revision, dtype=torch.float32)

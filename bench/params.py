@@ -110,9 +110,11 @@ class ParamSet:
 
 def validate_params(owner: str, specs: tuple[Param, ...], given: dict[str, Any] | None) -> dict[str, Any]:
     """Check ``given`` against ``specs``: unknown names get a suggestion, values are coerced and range-checked."""
-    given = dict(given or {})
+    if given is None:
+        given = {}
     if not isinstance(given, dict):
-        raise ConfigError(f"{owner}: parameters must be a mapping of name: value")
+        raise ConfigError(f"{owner}: parameters must be a mapping of name: value (got {type(given).__name__})")
+    given = dict(given)
     by_name = {p.name: p for p in specs}
     for key in given:
         if key not in by_name:

@@ -20,7 +20,7 @@ import torch
 from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference, ensure_tokenizer
 from bench.attack import run_attack
 from bench.cache import ArtifactCache
-from bench.device import select_device, set_threads
+from bench.device import select_device, set_threads, tune_allocator
 from bench.errors import PluginError, PrivbenchError
 from bench.game import Challenger
 from bench.hashing import code_version, content_hash
@@ -80,6 +80,7 @@ class Runner:
 
     def run(self) -> RunResult:
         set_threads()
+        tune_allocator()
         t0 = time.perf_counter()
         s = self.suite
         run_id, previous = self.store.begin_run(
@@ -121,7 +122,8 @@ class Runner:
                 reference = None
                 if s.reference and spec.source == "scratch":
                     self.log(f"model '{spec.name}': attacker reference model on population data")
-                    ref_path, ref_key = ensure_reference(self.cache, spec, data, tok, device)
+                    ref_path, ref_key = ensure_reference(self.cache, spec, data, tok, device,
+                                                         progress=not self.quiet)
                     reference = self._lm(ref_path, ref_key, spec, device)
                 for seed in s.seeds:
                     self._world(run_id, task_entry.label, data, spec, tok, reference, seed, device)
@@ -131,7 +133,8 @@ class Runner:
         ch = Challenger(data, s.world, seed)
         heldout = list(data.heldout[: s.utility["n_heldout"]])
         self.log(f"world {ch.world_key} (task {task_label}, model {spec.name}, seed {seed}): pretraining θ")
-        base_path, base_key = ensure_pretrained(self.cache, spec, data, tok, ch.pretraining_inserts(), seed, device)
+        base_path, base_key = ensure_pretrained(self.cache, spec, data, tok, ch.pretraining_inserts(), seed, device,
+                                                 progress=not self.quiet)
         theta = self._lm(base_path, base_key, spec, device)
         warm = ch.target_texts() + heldout
         theta.token_signals(warm)
@@ -146,7 +149,7 @@ class Runner:
         for d in s.defenses:
             self.log(f"defense '{d.label}': adapting θ → θ' on {len(adaptation.texts)} records")
             ad_path, ad_key, meta = ensure_adapted(self.cache, spec, (base_path, base_key), d.instance, adaptation,
-                                                   seed, device)
+                                                   seed, device, progress=not self.quiet)
             theta_p = self._lm(ad_path, ad_key, spec, device)
             theta_p.token_signals(warm)
             self._utility(run_id, theta_p, heldout, role="adapted", defense=d.label, key=ad_key, **common,

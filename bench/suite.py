@@ -141,7 +141,7 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         raise ConfigError(f"suite '{where}' must be a YAML mapping with keys like name, seeds, tasks, models, ...")
     unknown = set(raw) - TOP_KEYS
     if unknown:
-        key = sorted(unknown)[0]
+        key = sorted(str(k) for k in unknown)[0]
         close = difflib.get_close_matches(key, sorted(TOP_KEYS), n=1)
         raise ConfigError(f"suite '{where}': unknown key '{key}': " +
                           (f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(TOP_KEYS))}"))
@@ -168,6 +168,8 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         tasks = _entries(raw.get("tasks"), "tasks", TASKS, name)
         defenses = _entries(raw.get("defenses"), "defenses", DEFENSES, name)
         attacks = _entries(raw.get("attacks"), "attacks", ATTACKS, name)
+    except ConfigError:
+        raise
     except PrivbenchError as exc:
         raise ConfigError(f"suite '{name}': {exc}") from None
     games = resolve_games(raw.get("games", "all"))

@@ -8,8 +8,8 @@ from bench.registry import register_defense
 from bench.training import train_causal_lm
 
 ADAPT_PARAMS = (
-    Param("epochs", float, 3.0, "passes over the adaptation data", low=0.0, low_inclusive=False),
-    Param("lr", float, 1e-3, "AdamW learning rate", low=0.0, low_inclusive=False),
+    Param("epochs", float, 4.0, "passes over the adaptation data", low=0.0, low_inclusive=False),
+    Param("lr", float, 2e-3, "AdamW learning rate", low=0.0, low_inclusive=False),
     Param("batch_size", int, 16, "records per step", low=1),
     Param("chunk_length", int, 128, "tokens per training record (longer records are truncated)", low=8),
     Param("weight_decay", float, 0.0, "AdamW weight decay", low=0.0),

@@ -1,0 +1,99 @@
+"""Throughput and wall-time benchmark of privbench on this machine.
+
+Prints training and scoring throughput (tokens/s) of the embedded model family
+on real corpus records, and the cold-cache wall time of the smoke and quick
+suites. Not a test: run it on an otherwise idle machine and record its output
+in docs/benchmarks.md.
+
+    python scripts/benchmark.py                 # throughput + smoke + quick
+    python scripts/benchmark.py --skip-suites   # throughput only (~1 min)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from bench.cache import ArtifactCache
+from bench.defense import TrainContext
+from bench.device import set_threads, tune_allocator
+from bench.lm import HFLanguageModel
+from bench.modeling import BUILTIN_SPECS, build_scratch_model
+from bench.artifacts import ensure_tokenizer
+from bench.registry import TASKS
+from bench.training import train_causal_lm
+
+
+def throughput(spec_name: str, data, tok, n_texts: int = 320) -> dict:
+    spec = BUILTIN_SPECS[spec_name]
+    texts = list(data.targets[i].text for i in range(n_texts))
+    model = build_scratch_model(spec, tok, seed=0)
+    ctx = TrainContext(tok, torch.device("cpu"), spec.context_length, 0, spec.autocast_bf16, progress=False)
+    seqs = ctx.encode(texts)
+    train_causal_lm(model, seqs[:32], epochs=1, lr=1e-4, batch_size=16, seed=0, pad_id=ctx.pad_id,
+                    autocast_bf16=spec.autocast_bf16, progress=False)  # warm-up
+    stats = train_causal_lm(model, seqs, epochs=1, lr=1e-4, batch_size=spec.pretrain_batch_size, seed=0,
+                            pad_id=ctx.pad_id, autocast_bf16=spec.autocast_bf16, progress=False)
+    lm = HFLanguageModel(model, tok, fingerprint=f"bench-{spec_name}-{time.time()}", max_length=spec.context_length,
+                         batch_size=spec.score_batch_size)
+    lm.token_signals(texts[:16])
+    lm2 = HFLanguageModel(model, tok, fingerprint=f"bench2-{spec_name}-{time.time()}",
+                          max_length=spec.context_length, batch_size=spec.score_batch_size)
+    t0 = time.perf_counter()
+    sig = lm2.token_signals(texts)
+    dt = time.perf_counter() - t0
+    n_tok = sum(s.n_tokens + 1 for s in sig)
+    params = sum(p.numel() for p in model.parameters())
+    return {"model": spec_name, "params_M": round(params / 1e6, 2),
+            "train_tokens_per_s": round(stats.tokens_per_s), "train_precision": "bf16 autocast"
+            if spec.autocast_bf16 else "fp32",
+            "score_tokens_per_s": round(n_tok / dt), "score_precision": "fp32 (signals incl. mean/var of log p)"}
+
+
+def suite_wall_time(suite: str) -> float:
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, PRIVBENCH_CACHE=str(Path(tmp) / "cache"))
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "bench", "run", "--suite", suite, "--db", str(Path(tmp) / "r.db"),
+                        "--quiet", "--no-report"], env=env, check=True)
+        cold = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "bench", "run", "--suite", suite, "--db", str(Path(tmp) / "r2.db"),
+                        "--quiet", "--no-report"], env=env, check=True)
+        warm = time.perf_counter() - t0
+    return {"suite": suite, "cold_cache_s": round(cold, 1), "warm_cache_new_db_s": round(warm, 1)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--skip-suites", action="store_true")
+    ap.add_argument("--suites", nargs="*", default=["smoke", "quick"])
+    args = ap.parse_args()
+    set_threads()
+    tune_allocator()
+    print(json.dumps({"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+                      "torch": torch.__version__, "threads": torch.get_num_threads()}))
+    with tempfile.TemporaryDirectory() as tmp:
+        cache = ArtifactCache(Path(tmp))
+        data = TASKS.create("mini_pile", {"max_chars_per_source": 1_500_000}).build(cache)
+        from transformers import AutoTokenizer
+        tok_dir, _ = ensure_tokenizer(cache, BUILTIN_SPECS["nano"], data)
+        tok = AutoTokenizer.from_pretrained(tok_dir)
+        for name in ("nano", "micro"):
+            print(json.dumps(throughput(name, data, tok)), flush=True)
+    if not args.skip_suites:
+        for s in args.suites:
+            print(json.dumps(suite_wall_time(s)), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,241 @@
+"""Tests for bench.suite: the bundled smoke suite, config hashing, and one clear ConfigError per mistake."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import yaml
+
+from bench.errors import ConfigError
+from bench.game import GAMES
+from bench.suite import SUITE_DIR, bundled_suites, find_suite, load_suite, parse_suite
+
+SMOKE_ATTACKS = ["loss", "zlib", "min_k", "min_k_pp", "reference"]
+
+
+@pytest.fixture(scope="module")
+def smoke_raw() -> dict:
+    return yaml.safe_load((SUITE_DIR / "smoke.yaml").read_text())
+
+
+def write(tmp_path, raw_or_text, name="suite.yaml"):
+    p = tmp_path / name
+    if isinstance(raw_or_text, bytes):
+        p.write_bytes(raw_or_text)
+    elif isinstance(raw_or_text, str):
+        p.write_text(raw_or_text)
+    else:
+        p.write_text(yaml.safe_dump(raw_or_text, sort_keys=False))
+    return str(p)
+
+
+def variant(smoke_raw, **changes) -> dict:
+    raw = copy.deepcopy(smoke_raw)
+    for k, v in changes.items():
+        raw[k] = v
+    return raw
+
+
+def load_error(tmp_path, content) -> str:
+    with pytest.raises(ConfigError) as err:
+        load_suite(write(tmp_path, content))
+    return str(err.value)
+
+
+# ---------------------------------------------------------------------------------------- the smoke suite
+
+def test_smoke_suite_loads():
+    s = load_suite("smoke")
+    assert "smoke" in bundled_suites()
+    assert s.name == "smoke" and s.path.endswith("smoke.yaml")
+    assert [g.name for g in s.games] == list(GAMES) and len(s.games) == 7
+    assert [a.label for a in s.attacks] == SMOKE_ATTACKS
+    assert [type(a.instance).name for a in s.attacks] == SMOKE_ATTACKS
+    assert [d.label for d in s.defenses] == ["finetune", "lora"]
+    assert [t.name for t in s.tasks] == ["mini_pile"]
+    assert [m.name for m in s.models] == ["nano"] and s.models[0].pretrain_tokens == 250000
+    assert s.seeds == [0] and s.reference is True
+    assert s.world == {"n_per_group": 60, "n_null": 300, "adapt_background": 60, "pretrain_target_repeats": 1}
+    assert s.metrics["n_boot"] == 500 and s.metrics["alpha"] == 0.05  # given, and a default filled in
+    assert s.utility == {"n_heldout": 200}
+
+
+def test_config_hash_is_stable_and_tracks_changes(smoke_raw, tmp_path):
+    h = load_suite("smoke").config_hash
+    assert load_suite("smoke").config_hash == h
+    assert load_suite(str(SUITE_DIR / "smoke.yaml")).config_hash == h  # by path, same content
+    # an explicit default is the same configuration
+    same = variant(smoke_raw, attacks=["loss", "zlib", {"name": "min_k", "params": {"k": 0.2}}, "min_k_pp",
+                                       "reference"])
+    assert parse_suite(same).config_hash == h
+    changed = [
+        variant(smoke_raw, attacks=["loss", "zlib", {"name": "min_k", "params": {"k": 0.3}}, "min_k_pp",
+                                    "reference"]),
+        variant(smoke_raw, defenses=[{"name": "finetune", "params": {"lr": "1e-3"}}, "lora"]),
+        variant(smoke_raw, world=dict(smoke_raw["world"], n_null=302)),
+        variant(smoke_raw, seeds=[1]),
+        variant(smoke_raw, games=["adapt"]),
+    ]
+    hashes = {parse_suite(r).config_hash for r in changed}
+    assert h not in hashes and len(hashes) == len(changed)
+
+
+def test_bundled_name_and_path_resolution(tmp_path):
+    assert find_suite("smoke") == SUITE_DIR / "smoke.yaml"
+    with pytest.raises(ConfigError, match="unknown suite 'smok': did you mean 'smoke'"):
+        find_suite("smok")
+    with pytest.raises(ConfigError, match="not found"):
+        load_suite(str(tmp_path / "missing.yaml"))
+
+
+# ---------------------------------------------------------------------------------------- file-level errors
+
+def test_empty_file(tmp_path):
+    assert "is empty" in load_error(tmp_path, "")
+    assert "is empty" in load_error(tmp_path, "# only a comment\n")
+
+
+def test_non_mapping_yaml(tmp_path):
+    msg = load_error(tmp_path, "- loss\n- zlib\n")
+    assert "must be a YAML mapping" in msg
+    assert "must be a YAML mapping" in load_error(tmp_path, "just a string\n")
+
+
+def test_invalid_yaml_names_the_line(tmp_path):
+    msg = load_error(tmp_path, "name: x\nseeds: [0, 1\ntasks: [mini_pile]\n")
+    assert "not valid YAML at line 3" in msg
+    assert "suite.yaml" in msg
+    msg = load_error(tmp_path, "name: x\nseeds: [0]\nattacks: [loss\n\n\n")
+    assert "not valid YAML at line" in msg and "line 1 " not in msg
+
+
+def test_missing_file_path(tmp_path):
+    with pytest.raises(ConfigError, match="suite file .* not found"):
+        load_suite(str(tmp_path / "nowhere" / "suite.yml"))
+    with pytest.raises(ConfigError, match="not found"):
+        load_suite(str(tmp_path))  # a directory is not a suite file
+
+
+def test_non_utf8_file(tmp_path):
+    msg = load_error(tmp_path, b"\xff\xfe\x00name: x\n")
+    assert "not UTF-8" in msg
+
+
+# ---------------------------------------------------------------------------------------- content errors
+
+def test_unknown_top_level_key_suggests(smoke_raw, tmp_path):
+    raw = variant(smoke_raw)
+    raw["seed"] = raw.pop("seeds")
+    msg = load_error(tmp_path, raw)
+    assert "unknown key 'seed'" in msg and "did you mean 'seeds'" in msg
+    raw = variant(smoke_raw, zzzz=1)
+    assert "known keys" in load_error(tmp_path, raw)
+
+
+def test_unknown_attack_suggests(smoke_raw, tmp_path):
+    msg = load_error(tmp_path, variant(smoke_raw, attacks=["los", "zlib"]))
+    assert "unknown attack 'los'" in msg and "did you mean 'loss'" in msg
+
+
+def test_unknown_defense_and_task(smoke_raw, tmp_path):
+    assert "unknown defense 'lroa'" in load_error(tmp_path, variant(smoke_raw, defenses=["lroa"]))
+    assert "unknown task" in load_error(tmp_path, variant(smoke_raw, tasks=["mini_pil"]))
+
+
+def test_wrong_param_type_for_a_defense(smoke_raw, tmp_path):
+    msg = load_error(tmp_path, variant(smoke_raw, defenses=[{"name": "finetune", "params": {"batch_size": "big"}}]))
+    assert "finetune" in msg and "batch_size" in msg and "integer" in msg
+    msg = load_error(tmp_path, variant(smoke_raw, defenses=[{"name": "finetune", "params": {"batchsize": 4}}]))
+    assert "did you mean 'batch_size'" in msg
+    msg = load_error(tmp_path, variant(smoke_raw, defenses=[{"name": "finetune", "params": [1, 2]}]))
+    assert "must be a mapping" in msg
+    msg = load_error(tmp_path, variant(smoke_raw, defenses=[{"name": "finetune", "parms": {}}]))
+    assert "unknown keys ['parms']" in msg
+
+
+def test_duplicate_defense_needs_a_label(smoke_raw, tmp_path):
+    msg = load_error(tmp_path, variant(smoke_raw, defenses=["finetune", {"name": "finetune",
+                                                                         "params": {"lr": 1e-3}}]))
+    assert "'finetune' appears twice" in msg and "label" in msg
+    s = parse_suite(variant(smoke_raw, defenses=["finetune", {"name": "finetune", "label": "ft_slow",
+                                                              "params": {"lr": 1e-3}}]))
+    assert [d.label for d in s.defenses] == ["finetune", "ft_slow"]
+    assert [d.name for d in s.defenses] == ["finetune", "finetune"]
+
+
+@pytest.mark.parametrize("seeds,words", [
+    ("0, 1", "non-empty list of non-negative integers"),
+    ([0, "1"], "non-empty list of non-negative integers"),
+    ([0, 1.5], "non-empty list of non-negative integers"),
+    ([True], "non-empty list of non-negative integers"),
+    ([], "non-empty list of non-negative integers"),
+    ([-1], "non-empty list of non-negative integers"),
+    ([3, 1, 3], "repeat a value"),
+])
+def test_bad_seeds(smoke_raw, tmp_path, seeds, words):
+    assert words in load_error(tmp_path, variant(smoke_raw, seeds=seeds))
+
+
+def test_single_int_seed_is_a_list(smoke_raw):
+    assert parse_suite(variant(smoke_raw, seeds=7)).seeds == [7]
+
+
+def test_unknown_game(smoke_raw, tmp_path):
+    msg = load_error(tmp_path, variant(smoke_raw, games=["adapt", "pretrian"]))
+    assert "unknown game 'pretrian'" in msg and "did you mean 'pretrain'" in msg
+
+
+def test_bare_null_in_games_is_the_null_game(smoke_raw, tmp_path):
+    text = (SUITE_DIR / "smoke.yaml").read_text().replace("games: all", "games: [adapt, null]")
+    assert "games: [adapt, null]" in text
+    s = load_suite(write(tmp_path, text))
+    assert [g.name for g in s.games] == ["adapt", "null"]
+    assert s.games[1] is GAMES["null"]
+    assert [g.name for g in parse_suite(variant(smoke_raw, games="joint/seen")).games] == ["joint/seen"]
+
+
+def test_hf_model_rejects_games_with_unknown_pretraining(smoke_raw, tmp_path):
+    hf = [{"name": "gpt2", "params": {"hf_id": "gpt2"}}]
+    msg = load_error(tmp_path, variant(smoke_raw, models=hf, games=["adapt", "pretrain"]))
+    assert "released checkpoint" in msg and "pretrain" in msg
+    assert "released checkpoint" in load_error(tmp_path, variant(smoke_raw, models=hf))  # games: all
+    s = parse_suite(variant(smoke_raw, models=hf, games=["adapt", "joint/fresh", "null"]))
+    assert s.models[0].source == "hf" and s.models[0].hf_id == "gpt2"
+
+
+def test_other_content_errors(smoke_raw, tmp_path):
+    assert "'models' must be a non-empty list" in load_error(tmp_path, variant(smoke_raw, models=[]))
+    assert "unknown model 'nanoo'" in load_error(tmp_path, variant(smoke_raw, models=["nanoo"]))
+    assert "'attacks' is missing" in load_error(tmp_path, {k: v for k, v in smoke_raw.items() if k != "attacks"})
+    assert "'reference' must be true or false" in load_error(tmp_path, variant(smoke_raw, reference="yes"))
+    assert "n_null" in load_error(tmp_path, variant(smoke_raw, world={"n_null": 2}))
+    assert "did you mean 'n_null'" in load_error(tmp_path, variant(smoke_raw, world={"nnull": 20}))
+    assert "fprs" in load_error(tmp_path, variant(smoke_raw, metrics={"fprs": [0.01, "low"]}))
+    assert "'metrics' must be a mapping" in load_error(tmp_path, variant(smoke_raw, metrics=[1]))
+
+
+# ---------------------------------------------------------------------------------------- known bugs
+
+@pytest.mark.parametrize("key,value", [("world", [1, 2]), ("utility", "abc")])
+def test_non_mapping_world_is_a_config_error(smoke_raw, key, value):
+    with pytest.raises(ConfigError):
+        parse_suite(variant(smoke_raw, **{key: value}))
+
+
+@pytest.mark.parametrize("value", [None, 5])
+def test_non_list_games_is_a_config_error(smoke_raw, value):
+    with pytest.raises(ConfigError):
+        parse_suite(variant(smoke_raw, games=value))
+
+
+def test_empty_games_list_is_a_config_error(smoke_raw):
+    with pytest.raises(ConfigError):
+        parse_suite(variant(smoke_raw, games=[]))
+
+
+def test_non_string_top_level_key_is_a_config_error(smoke_raw):
+    raw = variant(smoke_raw)
+    raw[1] = "x"
+    with pytest.raises(ConfigError):
+        parse_suite(raw)
