@@ -77,6 +77,8 @@ WORLD_PARAMS = (
     Param("n_null", int, 200, "targets in group (0,0); the null game splits them in half", low=8),
     Param("adapt_background", int, 200, "non-target records in the adaptation data D", low=0),
     Param("pretrain_target_repeats", int, 1, "copies of each a=1 target inserted into pretraining", low=1),
+    Param("adapt_target_repeats", int, 1, "copies of each b=1 target inserted into adaptation (canaries: 1, 3, 10)",
+          low=1),
 )
 
 
@@ -210,7 +212,8 @@ class Challenger:
 
     def adaptation_data(self) -> AdaptationData:
         """D̃ = D ∪ {targets with b=1}, shuffled so nothing marks which records are targets."""
-        texts = list(self._data.adapt[: self.config["adapt_background"]]) + self.members("b")
+        texts = (list(self._data.adapt[: self.config["adapt_background"]]) +
+                 self.members("b") * self.config["adapt_target_repeats"])
         rng = np.random.default_rng([self.seed, 17])
         return AdaptationData(tuple(texts[i] for i in rng.permutation(len(texts))))
 

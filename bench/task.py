@@ -29,6 +29,14 @@ class TaskData:
     fingerprint: str
     sources: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     stats: dict[str, Any] = field(default_factory=dict)
+    #: relation of the target/adaptation pools to the pretraining corpus: "overlap", "iid" or "ood"
+    relation: str = "iid"
+    #: membership unit: "record", "user" (all records of a user) or "secret" (all records carrying it)
+    unit: str = "record"
+    #: challenger-only facts per target id (canary secret, user id, ...); never given to an attack
+    target_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
+    #: what an attacker legitimately knows about how targets are built (e.g. a canary format), given to attacks
+    public_format: dict[str, Any] | None = None
 
 
 class Task(Plugin):
