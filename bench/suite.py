@@ -174,13 +174,15 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         raise ConfigError(f"suite '{name}': {exc}") from None
     games = resolve_games(raw.get("games", "all"))
     world = validate_params(f"suite '{name}' world", WORLD_PARAMS, raw.get("world"))
+    known_a = all(getattr(t.instance, "known_pretraining_membership", False) for t in tasks)
     for spec in models:
-        if spec.source == "hf":
+        if spec.source == "hf" and not known_a:
             bad = [g.name for g in games if g.name not in ("adapt", "joint/fresh", "null")]
             if bad:
                 raise ConfigError(f"suite '{name}': model '{spec.name}' is a released checkpoint whose pretraining "
                                   f"privbench does not control, so games {bad} are undefined: use games "
-                                  f"[adapt, joint/fresh, null] or a task with a known pretraining split")
+                                  f"[adapt, joint/fresh, null] or a task with a known pretraining split (mimir, "
+                                  f"pile_split)")
     ref = raw.get("reference", True)
     if not isinstance(ref, bool):
         raise ConfigError(f"suite '{name}': 'reference' must be true or false")

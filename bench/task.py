@@ -41,6 +41,8 @@ class TaskData:
 
 class Task(Plugin):
     kind: ClassVar[str] = "task"
+    #: True when the task knows which targets a released model was pretrained on (e.g. MIMIR for Pythia)
+    known_pretraining_membership: ClassVar[bool] = False
 
     def build(self, cache=None) -> TaskData:  # pragma: no cover - interface
         raise NotImplementedError

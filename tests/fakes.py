@@ -47,7 +47,8 @@ class UnigramLM(LanguageModel):
     def encode(text: str) -> np.ndarray:
         return np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int32)
 
-    def token_signals(self, texts: Sequence[str]) -> list[TokenSignals]:
+    def token_signals(self, texts: Sequence[str], prefix: str | None = None) -> list[TokenSignals]:
+        # a unigram model ignores context, so a prefix changes nothing
         texts = list(texts)
         self.calls.append(("token_signals", len(texts)))
         out = []

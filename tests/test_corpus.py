@@ -246,7 +246,7 @@ def test_unknown_source_raises():
         get_source("nope")
     with pytest.raises(DataError):
         build_corpus(("nope",))
-    assert set(SOURCES) == {"stdlib_code", "shakespeare"}
+    assert {"stdlib_code", "shakespeare"} <= set(SOURCES)
     assert issubclass(DataError, PrivbenchError)
 
 
