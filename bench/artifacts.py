@@ -100,12 +100,15 @@ def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok
 
 
 def ensure_reference(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok: tuple[Path, str],
-                     device: torch.device, progress: bool = True) -> tuple[Path, str]:
+                     device: torch.device, progress: bool = True,
+                     texts: tuple[str, ...] | None = None) -> tuple[Path, str]:
     """The attacker's reference model: the same public recipe, trained on attacker-owned population data."""
+    texts = data.population if texts is None else texts
     key = content_hash("reference", CACHE_SCHEMA, spec.arch_dict(), spec.reference_tokens, spec.pretrain_epochs,
-                       spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1], data.fingerprint)
+                       spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1],
+                       [text_hash(t) for t in texts[:50_000]], len(texts))
     path = cache.get_or_build("reference", key, lambda tmp: _scratch_pretrain(
-        tmp, spec, tok[0], data.population, [], spec.reference_tokens, 1_000_003, device,
+        tmp, spec, tok[0], texts, [], spec.reference_tokens, 1_000_003, device,
         desc=f"reference {spec.name}", progress=progress))
     return path, key
 

@@ -34,7 +34,7 @@ import numpy as np
 from bench.errors import CapabilityError, DataError
 from bench.hashing import content_hash
 from bench.lm import (
-    MODEL_CAPABILITIES, POPULATION, REFERENCE_MODEL, LanguageModel, RestrictedModel,
+    MODEL_CAPABILITIES, POPULATION, REFERENCE_MODEL, SHADOW_MODELS, LanguageModel, RestrictedModel,
 )
 from bench.params import Param, validate_params
 from bench.task import TaskData
@@ -77,8 +77,8 @@ WORLD_PARAMS = (
     Param("n_null", int, 200, "targets in group (0,0); the null game splits them in half", low=8),
     Param("adapt_background", int, 200, "non-target records in the adaptation data D", low=0),
     Param("pretrain_target_repeats", int, 1, "copies of each a=1 target inserted into pretraining", low=1),
-    Param("adapt_target_repeats", int, 1, "copies of each b=1 target inserted into adaptation (canaries: 1, 3, 10)",
-          low=1),
+    Param("adapt_target_repeats", int, None, "copies of each b=1 target inserted into adaptation (canaries: 1, 3, "
+          "10); null = the task's own repeats, else 1", low=1, nullable=True),
 )
 
 
@@ -113,6 +113,20 @@ class Target:
 
 
 @dataclass(frozen=True)
+class ShadowSet:
+    """Attacker-trained shadow models: each trained (OUT for every target) on a known slice of population data.
+
+    ``members[i]`` are the texts shadow ``i`` was trained on (the attacker trained it, so it knows);
+    ``held_out`` are population texts no shadow saw: the population sample Z of RMIA.
+    """
+
+    models: tuple[LanguageModel, ...]
+    members: tuple[tuple[str, ...], ...]
+    held_out: tuple[str, ...]
+    base: str  # "released θ" or "attacker reference": what the shadows were adapted from
+
+
+@dataclass(frozen=True)
 class AdaptationData:
     """What a defense receives: its training texts, shuffled. No ids, no target marks."""
 
@@ -122,13 +136,13 @@ class AdaptationData:
 class AttackerView:
     """Everything an attack may use in one game. Read-only; carries no labels and no challenger state."""
 
-    __slots__ = ("game", "targets", "model", "base", "reference", "population")
+    __slots__ = ("game", "targets", "model", "base", "reference", "population", "shadows")
 
     def __init__(self, game: str, targets: tuple[Target, ...], model: LanguageModel,
                  base: LanguageModel | None, reference: LanguageModel | None,
-                 population: tuple[str, ...] | None) -> None:
+                 population: tuple[str, ...] | None, shadows: ShadowSet | None = None) -> None:
         for name, value in (("game", game), ("targets", targets), ("model", model), ("base", base),
-                            ("reference", reference), ("population", population)):
+                            ("reference", reference), ("population", population), ("shadows", shadows)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -174,6 +188,8 @@ class Challenger:
 
     def __init__(self, data: TaskData, config: dict[str, Any] | None, seed: int) -> None:
         self.config = validate_params("world", WORLD_PARAMS, config)
+        if self.config["adapt_target_repeats"] is None:
+            self.config["adapt_target_repeats"] = int((data.public_format or {}).get("repeats", 1))
         self.seed = int(seed)
         self._data = data
         c = self.config
@@ -275,7 +291,8 @@ class Challenger:
 
     def view(self, inst: GameInstance, *, requires: frozenset[str], pretrained: LanguageModel,
              adapted: LanguageModel | None, reference: LanguageModel | None,
-             population: tuple[str, ...] | None, attack_name: str = "attack") -> AttackerView:
+             population: tuple[str, ...] | None, attack_name: str = "attack",
+             shadows: dict[str, ShadowSet] | None = None) -> AttackerView:
         """Build the attacker's view of one game, giving the attack only what it declared and the game releases."""
         spec = inst.spec
         caps = frozenset(requires) & MODEL_CAPABILITIES
@@ -294,5 +311,16 @@ class Challenger:
             if not population:
                 raise CapabilityError(f"attack '{attack_name}' needs population data but the task has none")
             pop = tuple(population)
+        shadow_set = None
+        if SHADOW_MODELS in requires:
+            # shadows are adapted from θ where the game releases it, else from the attacker's reference model;
+            # a pretraining audit compares θ with the attacker's reference model pretrained on population data
+            which = "base" if spec.releases_base else ("pretrain" if spec.target_model == "pretrained" else "reference")
+            raw = (shadows or {}).get(which)
+            if raw is None:
+                raise CapabilityError(f"attack '{attack_name}' needs shadow models for game '{spec.name}' but none "
+                                      f"were built: enable `reference` in the suite")
+            shadow_set = ShadowSet(tuple(RestrictedModel(m, caps, "shadow") for m in raw.models), raw.members,
+                                   raw.held_out, raw.base)
         return AttackerView(spec.name, inst.targets, RestrictedModel(target_model, caps, "released"),
-                            base, ref, pop)
+                            base, ref, pop, shadow_set)

@@ -21,9 +21,10 @@ T = TypeVar("T")
 
 BUILTIN_MODULES = {
     "attack": ["attacks.loss", "attacks.zlib", "attacks.lowercase", "attacks.min_k", "attacks.min_k_pp",
-               "attacks.reference", "attacks.recall"],
+               "attacks.reference", "attacks.recall", "attacks.rmia"],
     "defense": ["defenses.finetune", "defenses.lora"],
-    "task": ["tasks.mini_pile", "tasks.pile_subsets", "tasks.hub", "tasks.user_files"],
+    "task": ["tasks.mini_pile", "tasks.pile_subsets", "tasks.canaries", "tasks.names2ids", "tasks.hub",
+             "tasks.user_files"],
 }
 ENTRY_POINT_GROUPS = {"attack": "privbench.attacks", "defense": "privbench.defenses", "task": "privbench.tasks"}
 

@@ -22,7 +22,8 @@ from bench.attack import run_attack
 from bench.cache import ArtifactCache
 from bench.device import select_device, set_threads, tune_allocator
 from bench.errors import ConfigError, PluginError, PrivbenchError
-from bench.game import Challenger
+from bench.game import AdaptationData, Challenger, ShadowSet
+from bench.lm import SHADOW_MODELS
 from bench.hashing import code_version, content_hash
 from bench.lm import HFLanguageModel, SignalCache
 from bench.metrics import membership_metrics
@@ -123,11 +124,41 @@ class Runner:
                 reference = None
                 if s.reference and spec.source == "scratch":
                     self.log(f"model '{spec.name}': attacker reference model on population data")
+                    split = self._population_split(data)
                     ref_path, ref_key = ensure_reference(self.cache, spec, data, tok, device,
-                                                         progress=not self.quiet)
+                                                         progress=not self.quiet, texts=split["reference"])
                     reference = self._lm(ref_path, ref_key, spec, device)
+                    ref_base = (ref_path, ref_key)  # where shadows of the attacker's own model start from
                 for seed in s.seeds:
-                    self._world(run_id, task_entry.label, data, spec, tok, reference, seed, device)
+                    self._world(run_id, task_entry.label, data, spec, tok, reference, seed, device,
+                                ref_base if reference is not None else None)
+
+    def _population_split(self, data) -> dict:
+        """Attacker-owned data, split once: Z (RMIA's population sample), one slice per shadow, the rest for the
+        attacker's reference model. Deterministic, so every run and attack sees the same split."""
+        sh = self.suite.shadows
+        pop = list(data.population)
+        n_z, k, m = sh["n_population"], sh["n"], sh["records"]
+        if len(pop) < n_z + k * m + 50:
+            raise ConfigError(f"task population has {len(pop)} records; shadows need {n_z} + {k} × {m} plus some for "
+                              f"the reference model: lower `shadows` sizes in the suite or use more data")
+        return {"z": tuple(pop[:n_z]), "shadow": [tuple(pop[n_z + i * m: n_z + (i + 1) * m]) for i in range(k)],
+                "reference": tuple(pop[n_z + k * m:])}
+
+    def _needs_shadows(self) -> bool:
+        return any(SHADOW_MODELS in a.instance.requires for a in self.suite.attacks)
+
+    def _shadows(self, spec, data, d, base: tuple, reference, device, label: str) -> ShadowSet:
+        """Shadow models: the defense's public recipe applied by the attacker to its own population slices."""
+        split = self._population_split(data)
+        models, members = [], []
+        for i, texts in enumerate(split["shadow"]):
+            path, key, _ = ensure_adapted(self.cache, spec, base, d.instance, AdaptationData(texts), 10_000 + i,
+                                          device, progress=not self.quiet)
+            lm = self._lm(path, key, spec, device)
+            models.append(lm)
+            members.append(texts)
+        return ShadowSet(tuple(models), tuple(members), split["z"], label)
 
     def _check_world(self, task_label: str, data) -> None:
         """Refuse, before any training, games or models a task's membership structure cannot honour."""
@@ -144,7 +175,7 @@ class Runner:
                                   f"model '{spec.name}' is trained from scratch on other data: use the released "
                                   f"model (e.g. a Pythia spec with hf_id)")
 
-    def _world(self, run_id, task_label, data, spec, tok, reference, seed, device) -> None:
+    def _world(self, run_id, task_label, data, spec, tok, reference, seed, device, ref_base=None) -> None:
         s = self.suite
         ch = Challenger(data, s.world, seed)
         heldout = list(data.heldout[: s.utility["n_heldout"]])
@@ -162,6 +193,18 @@ class Runner:
             self._utility(run_id, reference, heldout, role="reference", defense="-", key=reference.fingerprint,
                           **common)
         adaptation = ch.adaptation_data()
+        shadow_sets_by_defense: dict[str, dict[str, ShadowSet]] = {}
+        if self._needs_shadows() and reference is not None:
+            split = self._population_split(data)
+            pretrain_shadows = ShadowSet((reference,), (split["reference"],), split["z"], "attacker reference")
+            for d in s.defenses:
+                self.log(f"defense '{d.label}': {s.shadows['n']} shadow models from θ and from the attacker's "
+                         f"reference")
+                shadow_sets_by_defense[d.label] = {
+                    "pretrain": pretrain_shadows,
+                    "base": self._shadows(spec, data, d, (base_path, base_key), reference, device, "released θ"),
+                    "reference": self._shadows(spec, data, d, ref_base, reference, device, "attacker reference"),
+                }
         for d in s.defenses:
             self.log(f"defense '{d.label}': adapting θ → θ' on {len(adaptation.texts)} records")
             ad_path, ad_key, meta = ensure_adapted(self.cache, spec, (base_path, base_key), d.instance, adaptation,
@@ -177,9 +220,11 @@ class Runner:
             for game in s.games:
                 inst = ch.instance(game)
                 for a in s.attacks:
-                    self._evaluate(run_id, ch, inst, a, d, theta, theta_p, reference, data, **common)
+                    self._evaluate(run_id, ch, inst, a, d, theta, theta_p, reference, data,
+                                   shadow_sets_by_defense.get(d.label), **common)
 
-    def _evaluate(self, run_id, ch, inst, a, d, theta, theta_p, reference, data, *, task, model, seed) -> None:
+    def _evaluate(self, run_id, ch, inst, a, d, theta, theta_p, reference, data, shadows, *, task, model,
+                  seed) -> None:
         s = self.suite
         eval_key = content_hash(ch.world_key, theta.fingerprint, theta_p.fingerprint,
                                 reference.fingerprint if reference else None, d.label, d.instance.key,
@@ -189,7 +234,7 @@ class Runner:
             return
         t0 = time.perf_counter()
         view = ch.view(inst, requires=a.instance.requires, pretrained=theta, adapted=theta_p, reference=reference,
-                       population=data.population, attack_name=a.label)
+                       population=data.population, attack_name=a.label, shadows=shadows)
         try:
             scores = run_attack(a.instance, view)
         except PluginError as exc:

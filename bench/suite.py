@@ -22,7 +22,7 @@ from bench.registry import ATTACKS, DEFENSES, TASKS
 
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 TOP_KEYS = {"name", "description", "seeds", "tasks", "models", "defenses", "attacks", "games", "world",
-            "reference", "metrics", "utility", "device"}
+            "reference", "shadows", "metrics", "utility", "device"}
 
 
 @dataclass
@@ -50,6 +50,7 @@ class Suite:
     metrics: dict[str, Any] = field(default_factory=dict)
     utility: dict[str, Any] = field(default_factory=dict)
     device: str = "auto"
+    shadows: dict[str, Any] = field(default_factory=dict)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -63,7 +64,7 @@ class Suite:
             "attacks": [{"label": e.label, "name": e.name, "version": e.instance.version,
                          "params": e.instance.config} for e in self.attacks],
             "games": [g.name for g in self.games], "world": self.world, "reference": self.reference,
-            "metrics": self.metrics, "utility": self.utility, "device": self.device,
+            "metrics": self.metrics, "utility": self.utility, "device": self.device, "shadows": self.shadows,
         }
 
     @property
@@ -198,9 +199,14 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
     utility = validate_params(f"suite '{name}' utility", (
         Param("n_heldout", int, 200, "held-out records for loss / perplexity", low=1),
     ), raw.get("utility") or {})
+    shadows = validate_params(f"suite '{name}' shadows", (
+        Param("n", int, 2, "shadow models per (defense, base); RMIA tunes its α on a pair of them", low=1),
+        Param("records", int, 180, "population records each shadow is adapted on (≈ the size of D̃)", low=4),
+        Param("n_population", int, 300, "held-out population records: RMIA's population sample Z", low=4),
+    ), raw.get("shadows") or {})
     device = raw.get("device", "auto")
     if not isinstance(device, str):
         raise ConfigError(f"suite '{name}': 'device' must be a string like auto, cpu or cuda")
     return Suite(name=str(name), description=str(raw.get("description", "")), path=path, raw=raw, seeds=seeds,
                  tasks=tasks, models=models, defenses=defenses, attacks=attacks, games=games, world=world,
-                 reference=ref, metrics=metrics, utility=utility, device=device)
+                 reference=ref, metrics=metrics, utility=utility, device=device, shadows=shadows)

@@ -119,12 +119,11 @@ def _record_id(prefix: str, text: str) -> str:
 
 
 def _fingerprint(name: str, config: dict[str, Any], base: TaskData, targets: Sequence[TargetRecord],
-                 adapt: Sequence[str], population: Sequence[str], public_format: dict[str, Any],
-                 extra: Any = None) -> str:
+                 adapt: Sequence[str], population: Sequence[str], public_format: dict[str, Any]) -> str:
     """sha256 over what the task adds to its base: content-based, so a code change that alters data shows."""
     h = hashlib.sha256()
     h.update(canonical_json({"name": name, "config": config, "base": base.fingerprint,
-                             "public_format": public_format, "extra": extra}).encode())
+                             "public_format": public_format}).encode())
     for part, texts in (("targets", [f"{t.id}\x1f{t.text}" for t in targets]), ("adapt", adapt),
                         ("population", population)):
         h.update(b"\x1e" + part.encode())
@@ -279,7 +278,8 @@ class Canaries(Task):
         Param("k", int, 10, "number of selected canary tokens the prefix is drawn from", low=1),
         Param("n_references", int, 256, "fresh reference prefixes per target for exposure by sampling", low=1),
         Param("carrier_source", str, "targets",
-              "carrier records: mini_pile's target pool, or half of its adaptation records", choices=("targets", "adapt")),
+              "carrier records: mini_pile's target pool, or half of its adaptation records",
+              choices=("targets", "adapt")),
         Param("frequency_source", str, "adapt",
               "where rare/common frequencies are counted: the adaptation data (004) or the pretraining partition",
               choices=("adapt", "pretrain")),

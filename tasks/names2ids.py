@@ -91,7 +91,8 @@ def make_people(n: int, locales: list[str], seed: int, *, ascii_names: bool = Tr
         try:
             f = Faker(loc)
         except AttributeError as exc:
-            raise ConfigError(f"names2ids: Faker knows no locale {loc!r}: use e.g. {', '.join(DEFAULT_LOCALES)}") from exc
+            raise ConfigError(f"names2ids: Faker knows no locale {loc!r}: "
+                              f"use e.g. {', '.join(DEFAULT_LOCALES)}") from exc
         f.seed_instance(_seed_int("names", seed, loc))
         fakers.append((loc, f))
     people: list[dict[str, str]] = []
