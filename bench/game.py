@@ -136,13 +136,16 @@ class AdaptationData:
 class AttackerView:
     """Everything an attack may use in one game. Read-only; carries no labels and no challenger state."""
 
-    __slots__ = ("game", "targets", "model", "base", "reference", "population", "shadows")
+    __slots__ = ("game", "targets", "model", "base", "reference", "population", "shadows", "public_format")
 
     def __init__(self, game: str, targets: tuple[Target, ...], model: LanguageModel,
                  base: LanguageModel | None, reference: LanguageModel | None,
-                 population: tuple[str, ...] | None, shadows: ShadowSet | None = None) -> None:
+                 population: tuple[str, ...] | None, shadows: ShadowSet | None = None,
+                 public_format: dict | None = None) -> None:
+        import copy
         for name, value in (("game", game), ("targets", targets), ("model", model), ("base", base),
-                            ("reference", reference), ("population", population), ("shadows", shadows)):
+                            ("reference", reference), ("population", population), ("shadows", shadows),
+                            ("public_format", copy.deepcopy(public_format))):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -323,4 +326,4 @@ class Challenger:
             shadow_set = ShadowSet(tuple(RestrictedModel(m, caps, "shadow") for m in raw.models), raw.members,
                                    raw.held_out, raw.base)
         return AttackerView(spec.name, inst.targets, RestrictedModel(target_model, caps, "released"),
-                            base, ref, pop, shadow_set)
+                            base, ref, pop, shadow_set, self._data.public_format)

@@ -246,3 +246,18 @@ def membership_metrics(
         flag = FLAG_FPR_BELOW_RESOLUTION if float(f) < 1.0 / n_neg else None
         rows.append(MetricRow(metric_name_for_fpr(f), tpr, lo, hi, n_pos, n_neg, flag))
     return rows
+
+
+def exposure_metrics(labels, exposures) -> list[MetricRow]:
+    """Mean and 95th-percentile canary exposure of positives and negatives (source 000 reports both).
+
+    The baseline for an unmemorised canary is 1/ln 2 ≈ 1.44 (source 004 A.3).
+    """
+    y, e = validate_scores(labels, exposures)
+    n_pos, n_neg = int(y.sum()), int(len(y) - y.sum())
+    rows = []
+    for name, sel in (("pos", y == 1), ("neg", y == 0)):
+        vals = e[sel]
+        rows.append(MetricRow(f"exposure_mean_{name}", float(vals.mean()), None, None, n_pos, n_neg))
+        rows.append(MetricRow(f"exposure_p95_{name}", float(np.percentile(vals, 95)), None, None, n_pos, n_neg))
+    return rows

@@ -26,7 +26,7 @@ from bench.game import AdaptationData, Challenger, ShadowSet
 from bench.lm import SHADOW_MODELS
 from bench.hashing import code_version, content_hash
 from bench.lm import HFLanguageModel, SignalCache
-from bench.metrics import membership_metrics
+from bench.metrics import exposure_metrics, membership_metrics
 from bench.modeling import ModelSpec, load_model
 from bench.store import Store
 from bench.suite import Suite
@@ -241,6 +241,8 @@ class Runner:
             raise PluginError(f"{exc} [game {inst.spec.name}, defense {d.label}]") from exc
         rows = membership_metrics(inst.labels, scores, fprs=tuple(s.metrics["fprs"]), n_boot=s.metrics["n_boot"],
                                   alpha=s.metrics["alpha"], seed=seed)
+        if getattr(a.instance, "family", "mia") == "exposure":
+            rows += exposure_metrics(inst.labels, scores)
         self.store.write_evaluation(
             run_id, eval_key, task=task, model=model, defense=d.label, defense_params=d.instance.config, seed=seed,
             game=inst.spec.name, attack=a.label, attack_params=a.instance.config, world_key=ch.world_key,

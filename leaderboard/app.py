@@ -7,6 +7,7 @@ Reads the results database read-only and renders every value as plain data
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -17,8 +18,10 @@ from leaderboard.queries import leaderboard, metric_frame, read_only_engine, uti
 
 
 def _db_arg() -> str:
+    """`-- --db PATH` on the streamlit command line, else $PRIVBENCH_DB, else the repo's results.db."""
+    default = os.environ.get("PRIVBENCH_DB", str(Path(__file__).resolve().parent.parent / "results.db"))
     parser = argparse.ArgumentParser()
-    parser.add_argument("--db", default=str(Path(__file__).resolve().parent.parent / "results.db"))
+    parser.add_argument("--db", default=default)
     args, _ = parser.parse_known_args(sys.argv[1:])
     return args.db
 
@@ -45,16 +48,16 @@ def main() -> None:
     m = metrics[(metrics.task == task) & (metrics.model == model)]
     u = utility[(utility.task == task) & (utility.model == model)] if not utility.empty else utility
     st.subheader("defenses")
-    st.dataframe(leaderboard(m, u), hide_index=True, use_container_width=True)
+    st.dataframe(leaderboard(m, u), hide_index=True, width="stretch")
     st.subheader("per-attack breakdown")
     defense = st.selectbox("defense", sorted(m.defense.unique()))
     game = st.selectbox("game", sorted(m.game.unique()))
     sel = m[(m.defense == defense) & (m.game == game)]
     st.dataframe(sel.pivot_table(index="attack", columns="metric", values="value", aggfunc="mean").reset_index(),
-                 hide_index=True, use_container_width=True)
+                 hide_index=True, width="stretch")
     st.subheader("provenance")
     st.dataframe(m[["run", "suite", "code_version", "command"]].drop_duplicates(), hide_index=True,
-                 use_container_width=True)
+                 width="stretch")
 
 
 main()

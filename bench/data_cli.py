@@ -1,0 +1,375 @@
+"""`privbench data`: build, list and inspect the standard data splits, and the dataset distance report.
+
+A *split* is a task with the parameters that select one data set. Names:
+
+* a registered task name, e.g. ``mini_pile``, ``names2ids``, ``random_word_canaries``;
+* ``pile_subset:<subset>`` for ``pile_subset`` with ``subset=<subset>`` (``pile_subset:wiki``);
+* ``canaries:<prefix_type>`` for ``canaries`` with ``prefix_type=<prefix_type>`` (``canaries:rare``).
+
+Further parameters come as ``k=v`` (``--params max_chars_per_source=300000``); values are read as
+YAML (numbers, ``true``/``false``, ``[a, b]``), except for string parameters, which keep the text.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import time
+from typing import Any, List, Optional
+
+import typer
+import yaml
+
+from bench.errors import ConfigError, PrivbenchError, RegistryError
+
+data_app = typer.Typer(help="Build, list and inspect the standard data splits.", no_args_is_help=True,
+                       add_completion=False, pretty_exceptions_enable=False)
+
+CACHE_HELP = "Artifact cache dir (default $PRIVBENCH_CACHE or ~/.cache/privbench)."
+#: task -> the parameter that ``task:<variant>`` sets
+QUALIFIERS = {"pile_subset": "subset", "canaries": "prefix_type"}
+#: what a split's records are and who owns membership, for the built-in offline tasks (before building)
+_RECORD_UNITS = {
+    "mini_pile": "text chunk <= {record_chars} chars",
+    "pile_subset": "text chunk <= {record_chars} chars",
+    "canaries": "{l}-token canary prefix + mini_pile record",
+    "random_word_canaries": "3-random-word canary, x{repeats} in D",
+    "names2ids": "'Name: <name>, ID: <10 digits>'",
+}
+_STATIC_RELATION = {"mini_pile": "iid", "canaries": "iid", "random_word_canaries": "iid", "names2ids": "ood"}
+_EXTRA_LICENSES = {"names2ids": "synthetic (Faker names, MIT)",
+                   "random_word_canaries": "Faker en_US word list (MIT)"}
+_NEEDS = {
+    "tasks.hub": "the Hugging Face hub (not reachable offline) or a local copy: --params source=<file or dir>",
+    "tasks.user_files": "a local data file: --params path=<file.jsonl|.json|.parquet|.csv>",
+}
+
+
+# ------------------------------------------------------------------------------------------ naming
+
+def offline_splits() -> list[str]:
+    """Every split that builds offline with its defaults: the default of `data build --all`."""
+    from tasks.canaries import PREFIX_TYPES
+    from tasks.pile_subsets import SUBSETS
+
+    return (["mini_pile"] + [f"pile_subset:{s}" for s in SUBSETS] + [f"canaries:{t}" for t in PREFIX_TYPES]
+            + ["random_word_canaries", "names2ids"])
+
+
+def _suggest(name: str) -> str:
+    from bench.registry import TASKS
+
+    known = list(dict.fromkeys(offline_splits() + TASKS.names()))
+    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+    if not close:  # "wiki" -> "pile_subset:wiki", "rare" -> "canaries:rare"
+        close = [k for k in known if ":" in k and k.split(":", 1)[1] == name][:1]
+    return f"did you mean '{close[0]}'?" if close else "see `privbench data list`"
+
+
+def parse_name(name: str) -> tuple[str, dict[str, Any]]:
+    """``"pile_subset:wiki"`` -> ``("pile_subset", {"subset": "wiki"})``; RegistryError/ConfigError if unknown."""
+    from bench.registry import TASKS
+
+    base, _, variant = str(name).partition(":")
+    if base not in TASKS.names():
+        raise RegistryError(f"unknown data split '{name}': {_suggest(name)}")
+    if not variant:
+        return base, {}
+    if base not in QUALIFIERS:
+        raise ConfigError(f"task '{base}' has no variants: use '{base}' and give parameters with --params k=v")
+    param = next(p for p in TASKS.get(base).params if p.name == QUALIFIERS[base])
+    if param.choices and variant not in param.choices:
+        close = difflib.get_close_matches(variant, [str(c) for c in param.choices], n=1, cutoff=0.5)
+        hint = f"did you mean '{base}:{close[0]}'?" if close else \
+            f"use one of {', '.join(f'{base}:{c}' for c in param.choices)}"
+        raise ConfigError(f"unknown {param.name} '{variant}' in data split '{name}': {hint}")
+    return base, {param.name: variant}
+
+
+def parse_params(items: Optional[List[str]], task_name: str) -> dict[str, Any]:
+    """``["k=v", ...]`` -> a dict, each value typed by the task's parameter declaration."""
+    from bench.registry import TASKS
+
+    specs = {p.name: p for p in TASKS.get(task_name).params}
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = str(item).partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise ConfigError(f"cannot read parameter '{item}': write it as name=value, e.g. max_chars_per_source=300000")
+        spec = specs.get(key)
+        if spec is not None and spec.type is str:
+            value: Any = raw
+        else:
+            try:
+                value = yaml.safe_load(raw) if raw.strip() else None
+            except yaml.YAMLError:
+                value = raw
+            if spec is not None and spec.type is list and isinstance(value, str):
+                value = [v.strip() for v in value.split(",") if v.strip()]
+        out[key] = value
+    return out
+
+
+def make_task(name: str, params: Optional[dict[str, Any]] = None):
+    """The configured task of a split name plus parameters (validated by the task)."""
+    from bench.registry import TASKS
+
+    base, fixed = parse_name(name)
+    params = dict(params or {})
+    for key, value in fixed.items():
+        if key in params and params[key] != value:
+            raise ConfigError(f"data split '{name}' sets {key}={value} but the parameters say {key}={params[key]}: "
+                              f"give it once")
+    return TASKS.create(base, {**params, **fixed})
+
+
+def split_label(name: str, params: Optional[dict[str, Any]] = None) -> str:
+    """Display name: the split name, plus ``[k=v,...]`` for extra parameters."""
+    base, fixed = parse_name(name)
+    extra = {k: v for k, v in (params or {}).items() if k not in fixed}
+    if not extra:
+        return name
+    def show(v: Any) -> str:
+        return "+".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
+
+    return f"{name}[{','.join(f'{k}={show(v)}' for k, v in extra.items())}]"
+
+
+# ------------------------------------------------------------------------------------------ facts
+
+def short_license(text: str) -> str:
+    """A short form of a source's recorded license: an SPDX id in parentheses, else its first clause."""
+    spdx = re.search(r"\(([A-Z][A-Za-z]*(?:-[A-Za-z0-9.]+)*-\d[\d.]*(?:-only|-or-later)?)\)", text)
+    if spdx:
+        return spdx.group(1)
+    bare = re.sub(r"\s*\([^()]*\)", "", text)
+    return re.split(r"[;:]", bare)[0].strip() or text
+
+
+def _source_infos(task) -> list[dict[str, Any]]:
+    from tasks.sources import get_source
+
+    if hasattr(task, "_provenance"):
+        return list(task._provenance())
+    names = getattr(task, "config", {}).get("sources")
+    return [get_source(n).info.to_dict() for n in names] if names else []
+
+
+def _licenses(task) -> list[str]:
+    out: list[str] = []
+    infos = _source_infos(task)
+    if task.name == "pile_subset":  # the pool's own source first
+        from tasks.pile_subsets import SUBSETS
+        own = SUBSETS[task.config["subset"]]["source"]
+        infos.sort(key=lambda s: s.get("name") != own)
+    for info in infos:
+        lic = short_license(str(info.get("license", "")))
+        if lic and lic not in out:
+            out.append(lic)
+    if task.name in _EXTRA_LICENSES:
+        out.append(_EXTRA_LICENSES[task.name])
+    return out
+
+
+def _static_relation(task) -> str:
+    if task.name == "pile_subset":
+        return getattr(task, "resolved_relation", task.config.get("relation", "?"))
+    return _STATIC_RELATION.get(task.name, "?")
+
+
+def _record_unit(task) -> str:
+    pattern = _RECORD_UNITS.get(task.name, "record")
+    try:
+        return pattern.format(**task.config)
+    except (KeyError, IndexError):
+        return pattern
+
+
+def _built(task, cache) -> str:
+    from tasks.distance import probe_artifact
+
+    try:
+        hit = probe_artifact(task, cache)
+    except PrivbenchError as exc:  # e.g. a source package is missing
+        return f"cannot build: {exc}"
+    if hit is None:
+        return "?"
+    return "yes" if hit[2] else "no"
+
+
+def _cache(path: Optional[str]):
+    from bench.cache import ArtifactCache
+    return ArtifactCache(path)
+
+
+def _partition_sizes(data) -> dict[str, dict[str, int]]:
+    parts = {"pretrain": data.pretrain, "heldout": data.heldout, "population": data.population,
+             "adapt": data.adapt, "targets": tuple(t.text for t in data.targets)}
+    return {k: {"n_records": len(v), "n_chars": sum(len(t) for t in v)} for k, v in parts.items()}
+
+
+# ------------------------------------------------------------------------------------------ commands
+
+@data_app.command("list")
+def list_(
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
+    sizes: bool = typer.Option(False, "--sizes", help="Build every split (cached) and show its pool sizes."),
+    cache: Optional[str] = typer.Option(None, "--cache", help=CACHE_HELP),
+) -> None:
+    """List the offline data splits (relation, units, licenses, built or not) and the tasks that need a source."""
+    from bench.registry import TASKS
+    from bench.report import format_rows
+
+    if fmt not in ("table", "json"):
+        raise ConfigError(f"unknown format '{fmt}': use table or json")
+    store = _cache(cache)
+    rows: list[dict[str, Any]] = []
+    for name in offline_splits():
+        task = make_task(name)
+        row: dict[str, Any] = {"name": name, "relation": _static_relation(task), "unit": _record_unit(task),
+                               "membership": "record", "licenses": _licenses(task), "built": _built(task, store)}
+        if sizes:
+            data = task.build(store)
+            size = _partition_sizes(data)
+            row.update(relation=data.relation, membership=data.unit, built="yes",
+                       pretrain=size["pretrain"]["n_records"], adapt=size["adapt"]["n_records"],
+                       targets=size["targets"]["n_records"], targets_chars=size["targets"]["n_chars"])
+        rows.append(row)
+    offline = {n.split(":")[0] for n in offline_splits()}
+    needs = []
+    for tname in TASKS.names():
+        if tname in offline:
+            continue
+        cls = TASKS.get(tname)
+        needs.append({"name": tname, "needs": _NEEDS.get(cls.__module__, "not known to build offline: see its "
+                                                                         "parameters in `privbench list tasks`"),
+                      "description": cls.description})
+    if fmt == "json":
+        typer.echo(json.dumps({"splits": rows, "needs_source": needs}, indent=2))
+        return
+    table = [dict(r, licenses="; ".join(r["licenses"])) for r in rows]
+    cols = ["name", "relation", "unit", "membership", "built"]
+    if sizes:
+        cols += ["pretrain", "adapt", "targets", "targets_chars"]
+    typer.echo("OFFLINE SPLITS (build with `privbench data build`)")
+    typer.echo(format_rows(table, "table", columns=cols + ["licenses"]))
+    typer.echo("\nNEEDS A SOURCE (not built by `data build --all`)")
+    for it in needs:
+        typer.echo(f"  {it['name']}: needs {it['needs']}")
+        typer.echo(f"      {it['description']}")
+
+
+@data_app.command()
+def build(
+    names: Optional[List[str]] = typer.Argument(None, help="Splits to build (default: every offline split)."),
+    all_: bool = typer.Option(False, "--all", help="Build every offline split (the default without names)."),
+    params: Optional[List[str]] = typer.Option(None, "--params", "-p", help="Task parameter k=v for every "
+                                                                           "split built (repeatable)."),
+    cache: Optional[str] = typer.Option(None, "--cache", help=CACHE_HELP),
+) -> None:
+    """Build (and cache) data splits, one progress line per split with its build time."""
+    store = _cache(cache)
+    wanted = list(dict.fromkeys(([] if names and not all_ else offline_splits()) + list(names or [])))
+    # every name and parameter is checked before anything is built
+    tasks = [(name, make_task(name, parse_params(params, parse_name(name)[0]))) for name in wanted]
+    start = time.perf_counter()
+    for i, (name, task) in enumerate(tasks, 1):
+        was = _built(task, store)
+        t0 = time.perf_counter()
+        data = task.build(store)
+        dt = time.perf_counter() - t0
+        state = "cached" if was == "yes" else "built"
+        typer.echo(f"[{i:>{len(str(len(tasks)))}}/{len(tasks)}] {name:<24} {dt:6.1f}s  {state:<6} relation {data.relation:<7} "
+                   f"pretrain {len(data.pretrain)}, adapt {len(data.adapt)}, targets {len(data.targets)}")
+    typer.echo(f"{len(tasks)} split(s) ready in {time.perf_counter() - start:.1f}s (cache {store.root})")
+
+
+@data_app.command()
+def show(
+    name: str = typer.Argument(..., help="Split name, e.g. mini_pile, pile_subset:wiki, canaries:rare."),
+    extra: Optional[List[str]] = typer.Argument(None, metavar="[K=V]...", help="Task parameters as k=v."),
+    params: Optional[List[str]] = typer.Option(None, "--params", "-p", help="Task parameter k=v (repeatable)."),
+    cache: Optional[str] = typer.Option(None, "--cache", help=CACHE_HELP),
+) -> None:
+    """Build one split and print its partition sizes, relation, sources (license, provenance) and sample targets."""
+    from bench.report import format_rows
+
+    base, _ = parse_name(name)
+    given = parse_params(list(params or []) + list(extra or []), base)
+    task = make_task(name, given)
+    data = task.build(_cache(cache))
+    typer.echo(f"{split_label(name, given)}  (task {base} v{task.version})")
+    typer.echo(f"relation: {data.relation}    membership unit: {data.unit}    record: {_record_unit(task)}")
+    typer.echo(f"fingerprint: {data.fingerprint}")
+    sizes = [{"partition": k, **v} for k, v in _partition_sizes(data).items()]
+    typer.echo("")
+    typer.echo(format_rows(sizes, "table", columns=["partition", "n_records", "n_chars"]))
+    typer.echo("\nsources")
+    for src in data.sources:
+        head = f"  {src.get('name', '?')}"
+        if src.get("version"):
+            head += f" {src['version']}"
+        if src.get("role"):
+            head += f" (role: {src['role']})"
+        typer.echo(head)
+        typer.echo(f"      license: {src.get('license', 'not recorded')}")
+        typer.echo(f"      provenance: {src.get('provenance', 'not recorded')}")
+    typer.echo("\nsample targets")
+    for rec in list(data.targets)[:3]:
+        text = rec.text if len(rec.text) <= 200 else rec.text[:200] + " ..."
+        typer.echo(f"  --- {rec.id} ({len(rec.text)} chars)")
+        for line in text.splitlines() or [""]:
+            typer.echo(f"  {line}")
+
+
+@data_app.command()
+def report(
+    names: Optional[List[str]] = typer.Argument(None, help="Splits to compare (default: every pile subset and "
+                                                           "wiki with relation overlap)."),
+    n: int = typer.Option(200, "--n", help="Records sampled per set."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the samples."),
+    pool: str = typer.Option("targets", "--pool", help="Which pool of each split: targets or adapt."),
+    params: Optional[List[str]] = typer.Option(None, "--params", "-p", help="Task parameter k=v for every "
+                                                                           "split (repeatable)."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
+    cache: Optional[str] = typer.Option(None, "--cache", help=CACHE_HELP),
+) -> None:
+    """Wasserstein distance of sentence embeddings between each split and the pretraining data (source 004, Table 1)."""
+    from bench.report import format_rows
+    from tasks.distance import DEFAULT_SPLITS, check_ood_farther, distance_report, ood_farther_than_iid
+
+    if fmt not in ("table", "json"):
+        raise ConfigError(f"unknown format '{fmt}': use table or json")
+    specs = [(name, {}) for name in names] if names else list(DEFAULT_SPLITS)
+    if params:
+        specs = [(name, {**parse_params(params, parse_name(name)[0]), **fixed}) for name, fixed in specs]
+    t0 = time.perf_counter()
+    rows = distance_report(specs, n=n, seed=seed, cache=_cache(cache), pool=pool,
+                           progress=lambda msg: typer.echo(msg, err=True))
+    checks = {m: check_ood_farther(rows, m) for m in ("w_mean", "w_min", "w_all")}
+    verdict = ood_farther_than_iid(rows)
+    if fmt == "json":
+        typer.echo(json.dumps({"rows": rows, "checks": checks, "ood_farther_than_iid": verdict,
+                               "seconds": round(time.perf_counter() - t0, 1)}, indent=2))
+        return
+    sources = [k for k in dict.fromkeys(k for r in rows for k in r) if k.startswith("w:")]
+    cols = ["split", "relation", "n_pool", "n", "w_mean", "w_min", "nearest", "w_all"] + sources
+    typer.echo(f"W1 (Euclidean, all-MiniLM-L6-v2 embeddings) between each split's {pool} and the pretraining "
+               f"data; w_mean/w_min over the mixture's sources")
+    typer.echo(format_rows(rows, "table", columns=cols))
+    typer.echo("\nacceptance: every ood split farther than every iid/overlap split")
+    for metric, c in checks.items():
+        tag = " (extra)" if metric == "w_all" else ""
+        if c["holds"] is None:
+            typer.echo(f"  {metric}{tag}: cannot check: needs at least one ood and one iid/overlap split")
+            continue
+        rel = ">" if c["holds"] else "<="
+        typer.echo(f"  {metric}{tag}: {'holds' if c['holds'] else 'DOES NOT HOLD'}: min ood {c['min_far']:.4f} "
+                   f"({c['min_far_split']}) {rel} max iid {c['max_near']:.4f} ({c['max_near_split']})")
+        if not c["holds"]:
+            pairs = ", ".join(f"{a} >= {b}" for a, b in c["violations"])
+            typer.echo(f"      violating pairs (iid >= ood): {pairs}")
+    typer.echo(f"ood farther than iid (w_mean and w_min): {'yes' if verdict else 'NO'}"
+               f"   [{time.perf_counter() - t0:.1f}s]")
