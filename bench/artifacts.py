@@ -10,7 +10,10 @@ import torch
 from bench.cache import ArtifactCache
 from bench.defense import Defense, TrainContext
 from bench.game import AdaptationData
-from bench.hashing import CACHE_SCHEMA, content_hash, text_hash
+from bench.hashing import CACHE_SCHEMA, content_hash, module_hash, text_hash
+
+#: the code whose changes invalidate trained artifacts
+TRAINING_CODE = ("bench.training", "bench.modeling", "bench.tokenizer", "bench.artifacts", "bench.defense")
 from bench.modeling import ModelSpec, build_scratch_model, load_model
 from bench.task import TaskData
 from bench.tokenizer import train_bpe_tokenizer
@@ -34,7 +37,8 @@ def pretrain_fingerprint(data: TaskData) -> str:
 
 
 def tokenizer_key(spec: ModelSpec, data: TaskData) -> str:
-    return content_hash("tokenizer", CACHE_SCHEMA, pretrain_fingerprint(data), spec.vocab_size, TOKENIZER_CHARS)
+    return content_hash("tokenizer", CACHE_SCHEMA, module_hash("bench.tokenizer"), pretrain_fingerprint(data),
+                        spec.vocab_size, TOKENIZER_CHARS)
 
 
 def ensure_tokenizer(cache: ArtifactCache, spec: ModelSpec, data: TaskData) -> tuple[Path, str]:
@@ -90,7 +94,8 @@ def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok
     if spec.source == "hf":
         return Path(spec.hf_id) if Path(str(spec.hf_id)).exists() else spec.hf_id, content_hash(
             "hf", spec.hf_id, spec.revision)
-    key = content_hash("pretrained", CACHE_SCHEMA, spec.arch_dict(), spec.pretrain_tokens, spec.pretrain_epochs,
+    key = content_hash("pretrained", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
+                       spec.pretrain_tokens, spec.pretrain_epochs,
                        spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1],
                        pretrain_fingerprint(data), sorted(text_hash(t) for t in inserts), seed)
     path = cache.get_or_build("pretrained", key, lambda tmp: _scratch_pretrain(
@@ -104,7 +109,8 @@ def ensure_reference(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok:
                      texts: tuple[str, ...] | None = None) -> tuple[Path, str]:
     """The attacker's reference model: the same public recipe, trained on attacker-owned population data."""
     texts = data.population if texts is None else texts
-    key = content_hash("reference", CACHE_SCHEMA, spec.arch_dict(), spec.reference_tokens, spec.pretrain_epochs,
+    key = content_hash("reference", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
+                       spec.reference_tokens, spec.pretrain_epochs,
                        spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1],
                        [text_hash(t) for t in texts[:50_000]], len(texts))
     path = cache.get_or_build("reference", key, lambda tmp: _scratch_pretrain(
@@ -117,7 +123,8 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
                    data: AdaptationData, seed: int, device: torch.device,
                    progress: bool = True) -> tuple[Path, str, dict]:
     """θ' = defense.adapt(θ, D̃), merged into a plain Hugging Face checkpoint."""
-    key = content_hash("adapted", CACHE_SCHEMA, base[1], defense.name, defense.version, defense.config,
+    key = content_hash("adapted", CACHE_SCHEMA, module_hash(*TRAINING_CODE, type(defense).__module__), base[1],
+                       defense.name, defense.version, defense.config,
                        [text_hash(t) for t in data.texts], seed, spec.context_length, spec.autocast_bf16)
 
     def build(tmp: Path) -> None:

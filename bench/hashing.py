@@ -50,3 +50,21 @@ def code_version() -> str:
             h.update(path.relative_to(root).as_posix().encode())
             h.update(path.read_bytes())
     return f"{__version__}+{h.hexdigest()[:10]}"
+
+
+def module_hash(*modules: str) -> str:
+    """Hash of the source files of the given modules (or of a plugin class's module).
+
+    Artifacts are keyed on the code that produced them, so an edited training loop
+    or defense never reuses a stale model, while unrelated edits keep the cache.
+    """
+    import importlib
+    import inspect
+    h = hashlib.sha256()
+    for name in sorted(modules):
+        mod = importlib.import_module(name)
+        try:
+            h.update(Path(inspect.getfile(mod)).read_bytes())
+        except (TypeError, OSError):  # built-in or frozen: its name stands for its version
+            h.update(name.encode())
+    return h.hexdigest()[:12]

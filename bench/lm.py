@@ -119,8 +119,9 @@ class HFLanguageModel(LanguageModel):
         self.add_bos = add_bos and tokenizer.bos_token_id is not None
         self._cache = cache or SignalCache(None)
         self.progress = progress
+        from bench.hashing import module_hash
         self.fingerprint = content_hash({"model": fingerprint, "max_length": max_length, "bos": self.add_bos,
-                                         "bf16": autocast_bf16})
+                                         "bf16": autocast_bf16, "code": module_hash("bench.lm", "bench.signals")})
 
     # -- tokenisation ----------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:

@@ -124,9 +124,11 @@ class Runner:
                 reference = None
                 if s.reference and spec.source == "scratch":
                     self.log(f"model '{spec.name}': attacker reference model on population data")
-                    split = self._population_split(data)
+                    # with shadows, the reference model trains on its own slice of the population, disjoint from
+                    # the shadows' slices and from RMIA's sample Z; without them, on all of it
+                    ref_texts = self._population_split(data)["reference"] if self._needs_shadows() else None
                     ref_path, ref_key = ensure_reference(self.cache, spec, data, tok, device,
-                                                         progress=not self.quiet, texts=split["reference"])
+                                                         progress=not self.quiet, texts=ref_texts)
                     reference = self._lm(ref_path, ref_key, spec, device)
                     ref_base = (ref_path, ref_key)  # where shadows of the attacker's own model start from
                 for seed in s.seeds:

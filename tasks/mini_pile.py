@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from bench.cache import ArtifactCache
-from bench.hashing import CACHE_SCHEMA, content_hash
+from bench.hashing import CACHE_SCHEMA, content_hash, module_hash
 from bench.params import Param
 from bench.registry import register_task
 from bench.task import TargetRecord, Task, TaskData
@@ -36,7 +36,8 @@ class MiniPile(Task):
 
     def build(self, cache: ArtifactCache | None = None) -> TaskData:
         provenance = self._provenance()
-        key = content_hash("mini_pile", CACHE_SCHEMA, CORPUS_VERSION, self.config, provenance)
+        key = content_hash("mini_pile", CACHE_SCHEMA, CORPUS_VERSION, self.config, provenance,
+                           module_hash("tasks.corpus", "tasks.sources", "tasks.partition"))
 
         def make(tmp: Path) -> None:
             corpus = build_corpus(tuple(self.sources), record_chars=self.record_chars, min_chars=self.min_chars,
