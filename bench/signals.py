@@ -48,11 +48,13 @@ def save_signals(path: Path, keys: list[str], signals: list[TokenSignals]) -> No
 
 
 def load_signals(path: Path) -> dict[str, TokenSignals]:
-    data = np.load(path, allow_pickle=True)
-    keys, off = list(data["keys"]), data["offsets"]
+    # NpzFile re-reads an array from the zip on every data[name] access: read each array exactly once
+    with np.load(path, allow_pickle=True) as data:
+        arrays = {name: data[name] for name in ("keys", "offsets", "token_ids", "logprobs", "mu", "sigma2", "top1")}
+    keys, off = list(arrays["keys"]), arrays["offsets"]
     out = {}
     for i, k in enumerate(keys):
         sl = slice(int(off[i]), int(off[i + 1]))
-        out[str(k)] = TokenSignals(data["token_ids"][sl], data["logprobs"][sl], data["mu"][sl], data["sigma2"][sl],
-                              data["top1"][sl])
+        out[str(k)] = TokenSignals(arrays["token_ids"][sl], arrays["logprobs"][sl], arrays["mu"][sl],
+                                   arrays["sigma2"][sl], arrays["top1"][sl])
     return out
