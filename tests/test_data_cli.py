@@ -39,7 +39,8 @@ def test_split_names():
                                          "sources": ["stdlib_code", "shakespeare"]}
     assert split_label("pile_subset:wiki", {"relation": "overlap"}) == "pile_subset:wiki[relation=overlap]"
     names = offline_splits()
-    assert {"mini_pile", "pile_subset:dialogue_de", "canaries:common", "names2ids", "random_word_canaries"} <= set(names)
+    assert {"mini_pile", "pile_subset:dialogue_de", "canaries:common", "names2ids",
+            "random_word_canaries"} <= set(names)
     assert not any(n.startswith(("samsum", "mimir", "local_text")) for n in names)
 
 

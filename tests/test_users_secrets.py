@@ -1,0 +1,385 @@
+"""Tests for tasks.users (synthetic users, source 002) and tasks.secrets (Hush secrets, source 001).
+
+Properties are recomputed here from the built data, independently of the modules' own checks.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from bench.errors import ConfigError, DataError
+from bench.game import GROUPS, Challenger
+from bench.hashing import content_hash
+from bench.registry import TASKS
+from bench.task import TargetRecord, TaskData
+from tasks.mini_pile import MiniPile
+from tasks.secrets import SECRET_RUN, Secrets, defender_secrets, insert_line, make_secret
+from tasks.users import (
+    SyntheticUsers, assign_topics, draw_doc_counts, draw_unit_groups, group_targets_by_unit,
+    insert_at_word_boundary,
+)
+
+BUDGET = 300_000
+USERS = dict(max_chars_per_source=BUDGET, n_users=40, docs_median=4.0, docs_sigma=0.6, min_docs=3, max_docs=12,
+             canary_users=3, canary_length=8)
+SECRETS = dict(max_chars_per_source=BUDGET, n_secrets=20, records_per_secret_min=2, records_per_secret_max=5,
+               secret_kind="mixed")
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    from bench.cache import ArtifactCache
+    return ArtifactCache(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def base(cache):
+    return MiniPile(max_chars_per_source=BUDGET).build(cache)
+
+
+@pytest.fixture(scope="module")
+def users(cache):
+    return SyntheticUsers(**USERS).build(cache)
+
+
+@pytest.fixture(scope="module")
+def secrets(cache):
+    return Secrets(**SECRETS).build(cache)
+
+
+def by_user(data: TaskData) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for t in data.targets:
+        out.setdefault(data.target_meta[t.id]["user"], []).append(t.text)
+    return out
+
+
+# ------------------------------------------------------------------------------------------- users
+
+def test_users_registered_and_params():
+    assert TASKS.get("synthetic_users") is SyntheticUsers
+    names = {p.name for p in SyntheticUsers.params}
+    assert {"n_users", "docs_median", "min_docs", "seed", "canary_users", "canary_length", "attacker_fraction",
+            "max_chars_per_source", "salt"} <= names
+    for bad in (dict(locales=[]), dict(locales=["xx_XX"]), dict(min_docs=5, max_docs=4), dict(canary_length=101),
+                dict(canary_length=0), dict(attacker_fraction=0.0), dict(n_users=10, canary_users=9),
+                dict(adapt_fraction=0.5, population_fraction=0.5), dict(min_docs=1)):
+        with pytest.raises(ConfigError):
+            SyntheticUsers(**bad)
+
+
+def test_users_deterministic(cache, users):
+    again = SyntheticUsers(**USERS).build(cache)
+    assert again.fingerprint == users.fingerprint
+    assert again.targets == users.targets and again.adapt == users.adapt and again.population == users.population
+    assert again.target_meta == users.target_meta and again.public_format == users.public_format
+    other = SyntheticUsers(**dict(USERS, seed=1)).build(cache)
+    assert other.fingerprint != users.fingerprint and other.targets != users.targets
+
+
+def test_users_sizes_and_partitions(users, base):
+    assert users.name == "synthetic_users" and users.unit == "user" and users.relation == "ood"
+    assert users.pretrain == base.pretrain and users.heldout == base.heldout
+    st = users.stats["users"]
+    n_adapt = n_pop = round(0.2 * 40)
+    assert (st["adapt"]["n_users"], st["population"]["n_users"], st["targets"]["n_users"]) == (n_adapt, n_pop,
+                                                                                                 40 - 2 * n_adapt)
+    groups = by_user(users)
+    samples = users.public_format["user_samples"]
+    assert len(groups) == st["targets"]["n_users"] == len(samples) and set(groups) == set(samples)
+    assert len(users.targets) + sum(map(len, samples.values())) == st["targets"]["n_docs"]
+    assert len(users.adapt) == st["adapt"]["n_docs"]
+    # population: mini_pile's unused population records plus the population users' documents
+    pop_docs = [t for t in users.population if t not in set(base.population)]
+    assert len(pop_docs) == st["population"]["n_docs"]
+    assert len(users.population) == len(base.population) - st["population"]["n_docs"] + len(pop_docs)
+    ids = [t.id for t in users.targets]
+    assert len(set(ids)) == len(ids) and set(users.target_meta) == set(ids)
+    everything = [t.text for t in users.targets] + list(users.adapt) + list(users.population) + \
+        [d for v in samples.values() for d in v]
+    assert len(set(everything)) == len(everything)
+    assert not set(everything) & (set(users.pretrain) | set(users.heldout))
+
+
+def test_users_docs_spread(users):
+    groups = by_user(users)
+    samples = users.public_format["user_samples"]
+    totals = [len(groups[u]) + len(samples[u]) for u in groups]
+    assert min(totals) >= 3 and max(totals) <= 12
+    assert len(set(totals)) >= 3  # a spread, not a constant
+    st = users.stats["users"]
+    for role in ("targets", "adapt", "population"):
+        assert st[role]["min"] >= 3 and st[role]["max"] <= 12
+    rng = np.random.default_rng(0)
+    for dist in ("lognormal", "zipf"):
+        c = draw_doc_counts(2000, rng, distribution=dist, median=6, sigma=0.8, zipf_a=2.0, min_docs=3, max_docs=50)
+        assert min(c) == 3 and max(c) <= 50 and len(set(c)) > 10
+        assert np.mean(c) > np.median(c)  # right-skewed: few heavy users
+
+
+def test_attacker_samples_are_set_aside(users):
+    groups = by_user(users)
+    samples = users.public_format["user_samples"]
+    target_texts, adapt = {t.text for t in users.targets}, set(users.adapt)
+    for u, docs in groups.items():
+        n = len(docs) + len(samples[u])
+        assert len(samples[u]) == min(n - 1, max(1, round(0.1 * n))) and docs
+        for s in samples[u]:
+            assert s not in target_texts and s not in adapt and s not in set(users.population)
+    # user ids are opaque and do not encode membership or role
+    assert all(re.fullmatch(r"u-[0-9a-f]{12}", u) for u in samples)
+
+
+def test_user_level_regularities(users):
+    groups = by_user(users)
+    samples = users.public_format["user_samples"]
+    signatures = {}
+    for u, docs in groups.items():
+        docs = docs + samples[u]
+        firsts = {d.split("\n", 1)[0] for d in docs}
+        tails = {d.rsplit("\n\n", 1)[1] for d in docs}  # sign-off and signature
+        assert len(firsts) == 1 and len(tails) == 1, u
+        phrases = {d.rsplit("\n\n", 2)[1] for d in docs}
+        assert 1 <= len(phrases) <= 2
+        signatures[u] = tails.pop()
+    assert len(set(signatures.values())) == len(signatures)  # identities are user-specific
+
+
+def test_user_bodies_are_mini_pile_records(users, base):
+    pool = [r.text for r in base.targets] + list(base.adapt)
+    groups = by_user(users)
+    samples = users.public_format["user_samples"]
+    used = Counter()
+    for t in users.targets:
+        if users.target_meta[t.id]["canary"]:
+            continue
+        hits = [i for i, p in enumerate(pool) if p in t.text]
+        assert len(hits) == 1, t.id
+        used[hits[0]] += 1
+    assert all(v == 1 for v in used.values())  # no record reused
+    # topical coherence: a user's bodies come mostly from one source (code or plays)
+    assert groups and samples
+
+
+def test_canary_users(users):
+    groups = by_user(users)
+    samples = users.public_format["user_samples"]
+    canaries = {}
+    for t in users.targets:
+        m = users.target_meta[t.id]
+        if m["canary"]:
+            canaries.setdefault(m["user"], set()).add(m["canary_substring"])
+        else:
+            assert "canary_substring" not in m
+    assert len(canaries) == 3
+    for u, subs in canaries.items():
+        assert len(subs) == 1
+        s = subs.pop()
+        assert len(s.split()) == 8 and s == " ".join(s.split())
+        for d in groups[u] + samples[u]:
+            assert s in d
+    # different canary users have different substrings
+    assert len({users.target_meta[t.id].get("canary_substring") for t in users.targets} - {None}) == 3
+
+
+def test_canary_length_bounds(cache):
+    d1 = SyntheticUsers(**dict(USERS, canary_users=2, canary_length=1)).build(cache)
+    subs = {m["canary_substring"] for m in d1.target_meta.values() if m["canary"]}
+    assert len(subs) <= 2 and all(len(s.split()) == 1 for s in subs)
+    with pytest.raises(DataError, match="canary_length"):
+        SyntheticUsers(**dict(USERS, canary_users=3, canary_length=100)).build(cache)
+
+
+def test_users_pool_too_small(cache):
+    with pytest.raises(DataError, match="max_chars_per_source"):
+        SyntheticUsers(**dict(USERS, n_users=400, docs_median=10.0)).build(cache)
+
+
+def test_helpers():
+    rng = np.random.default_rng(3)
+    body = "alpha beta\n    gamma delta"
+    for _ in range(20):
+        out = insert_at_word_boundary(body, "X Y", rng)
+        assert "X Y" in out and out.replace(" X Y", "", 1).replace("X Y ", "", 1) == body
+    texts = ["def foo(x): return foo_bar(x)", "def foo(y): return foo_bar(y) + 1", "HAMLET. To be or not",
+             "HAMLET. Whether tis nobler", "class Spam: eggs = 1", "OPHELIA. My lord"]
+    picks = assign_topics(texts, [2, 2, 1], np.random.default_rng(0))
+    flat = [i for p in picks for i in p]
+    assert [len(p) for p in picks] == [2, 2, 1] and len(set(flat)) == 5
+    with pytest.raises(DataError):
+        assign_topics(texts, [4, 3], np.random.default_rng(0))
+
+
+# -------------------------------------------------------------------------------------- unit groups
+
+def _fake(unit: str, meta: dict, n: int, *, a: bool = False) -> TaskData:
+    targets = tuple(TargetRecord(f"r{i}", f"text {i}") for i in range(n))
+    return TaskData(name="fake", pretrain=("p",), heldout=("h",), population=("q",), adapt=("x",) * 20,
+                    targets=targets, fingerprint=f"fake-{unit}-{n}", unit=unit, target_meta=meta)
+
+
+def test_group_targets_by_unit(users, secrets):
+    g = group_targets_by_unit(users)
+    assert sum(map(len, g.values())) == len(users.targets)
+    assert set(g) == set(users.public_format["user_samples"])
+    for u, idx in g.items():
+        assert {users.target_meta[users.targets[i].id]["user"] for i in idx} == {u}
+    g = group_targets_by_unit(secrets)
+    assert set(g) == set(secrets.public_format["secrets"])
+    for sid, idx in g.items():
+        assert {secrets.target_meta[secrets.targets[i].id]["secret_id"] for i in idx} == {sid}
+        assert len(idx) == secrets.public_format["secrets"][sid]["n_records"]
+    rec = _fake("record", {}, 5)
+    assert group_targets_by_unit(rec) == {f"r{i}": [i] for i in range(5)}
+    with pytest.raises(DataError, match="user"):
+        group_targets_by_unit(_fake("user", {"r0": {"user": "a"}}, 2))
+    with pytest.raises(DataError, match="unit"):
+        group_targets_by_unit(_fake("team", {}, 2))
+    dup = TaskData(**{**_fake("record", {}, 2).__dict__, "targets": (TargetRecord("x", "a"), TargetRecord("x", "b"))})
+    with pytest.raises(DataError, match="twice"):
+        group_targets_by_unit(dup)
+
+
+def test_draw_unit_groups_keeps_units_together(users):
+    sizes = {(0, 0): 4, (0, 1): 2, (1, 0): 2, (1, 1): 2}
+    out = draw_unit_groups(users, sizes, np.random.default_rng(7))
+    units = group_targets_by_unit(users)
+    per_group = Counter()
+    for u, idx in units.items():
+        gs = {out.get(users.targets[i].id) for i in idx}
+        assert len(gs) == 1  # all records of a user share one group (or none)
+        if None not in gs:
+            per_group[gs.pop()] += 1
+    assert dict(per_group) == sizes  # sizes counted in users
+    assert out == draw_unit_groups(users, sizes, np.random.default_rng(7))
+    with pytest.raises(DataError, match="users"):
+        draw_unit_groups(users, {g: 100 for g in GROUPS}, np.random.default_rng(0))
+
+
+def test_draw_unit_groups_matches_record_challenger():
+    data = _fake("record", {}, 60)
+    world = {"n_per_group": 8, "n_null": 16, "adapt_background": 10}
+    ch = Challenger(data, world, seed=3)
+    rng = np.random.default_rng([3, int(content_hash(data.fingerprint, length=8), 16)])
+    sizes = {(0, 0): 16, (0, 1): 8, (1, 0): 8, (1, 1): 8}
+    out = draw_unit_groups(data, sizes, rng)
+    assert out == {r: ch.group_of(r) for r in out} and len(out) == 40
+    # known a: per-a pools, as the challenger draws them
+    meta = {f"r{i}": {"a": i % 2} for i in range(60)}
+    data = _fake("record", meta, 60)
+    ch = Challenger(data, world, seed=3)
+    rng = np.random.default_rng([3, int(content_hash(data.fingerprint, length=8), 16)])
+    out = draw_unit_groups(data, sizes, rng, known_a=True)
+    assert out == {r: ch.group_of(r) for r in out} and len(out) == 40
+    # a user whose records disagree on a known a is refused
+    meta = {f"r{i}": {"user": f"u{i // 2}", "a": i % 2} for i in range(60)}
+    with pytest.raises(DataError, match="a=0 and a=1"):
+        draw_unit_groups(_fake("user", meta, 60), sizes, rng, known_a=True)
+
+
+# ------------------------------------------------------------------------------------------ secrets
+
+def test_secrets_registered_and_params():
+    assert TASKS.get("secrets") is Secrets
+    for bad in (dict(records_per_secret_min=5, records_per_secret_max=2), dict(r_min=1e-3, r_max=2e-4),
+                dict(p=1e-3, r_min=1e-4), dict(secret_kind="password"), dict(n_secrets=0), dict(p=0.0)):
+        with pytest.raises(ConfigError):
+            Secrets(**bad)
+
+
+def test_secrets_deterministic(cache, secrets):
+    again = Secrets(**SECRETS).build(cache)
+    assert again.fingerprint == secrets.fingerprint and again.targets == secrets.targets
+    assert again.target_meta == secrets.target_meta and again.public_format == secrets.public_format
+    other = Secrets(**dict(SECRETS, seed=5)).build(cache)
+    assert other.fingerprint != secrets.fingerprint
+
+
+def test_secrets_sizes_and_targets(secrets, base):
+    assert secrets.unit == "secret" and secrets.name == "secrets"
+    assert (secrets.pretrain, secrets.heldout, secrets.population, secrets.adapt) == \
+        (base.pretrain, base.heldout, base.population, base.adapt)
+    by_secret = Counter(m["secret"] for m in secrets.target_meta.values())
+    assert len(by_secret) == 20 and all(2 <= k <= 5 for k in by_secret.values())
+    assert len(set(by_secret.values())) > 1
+    assert len(secrets.targets) == sum(by_secret.values())
+    kinds = Counter(m["secret_kind"] for m in secrets.target_meta.values())
+    assert set(kinds) == {"word", "codename", "api_key"}
+    for m in secrets.target_meta.values():
+        assert m["p"] == 1e-10 and 2e-4 <= m["r"] <= 1e-3 and m["n_records"] == by_secret[m["secret"]]
+    # one secret, one r_j; one secret_id per secret
+    assert len({(m["secret"], m["r"], m["secret_id"]) for m in secrets.target_meta.values()}) == 20
+    base_text = {r.id: r.text for r in base.targets}
+    carriers = [m["carrier_id"] for m in secrets.target_meta.values()]
+    assert len(set(carriers)) == len(carriers)  # one secret per record
+    for t in secrets.targets:  # the carrier is the mini_pile record plus one inserted line
+        m = secrets.target_meta[t.id]
+        lines, orig = t.text.split("\n"), base_text[m["carrier_id"]].split("\n")
+        assert len(lines) == len(orig) + 1
+        extra = [i for i, ln in enumerate(lines) if m["secret"] in ln]
+        assert len(extra) == 1 and lines[:extra[0]] + lines[extra[0] + 1:] == orig
+        assert lines[extra[0]].strip() == m["template"].format(secret=m["secret"]).strip()
+    for kind, pattern in (("api_key", r"sk-[A-Za-z0-9]{24}"), ("codename", r"[A-Z][a-z]+-\d{1,2}"),
+                          ("word", r"[a-z]{7,14}")):
+        for m in secrets.target_meta.values():
+            if m["secret_kind"] == kind:
+                assert re.fullmatch(pattern, m["secret"]), m["secret"]
+
+
+def test_secrets_only_in_their_carriers(secrets):
+    all_secrets = {m["secret"] for m in secrets.target_meta.values()}
+    for part in ("pretrain", "heldout", "population", "adapt"):
+        blob = "\x00".join(getattr(secrets, part)).casefold()
+        for s in all_secrets:
+            assert s.casefold() not in blob, (part, s)
+    for t in secrets.targets:
+        own = secrets.target_meta[t.id]["secret"]
+        low = t.text.casefold()
+        assert [s for s in all_secrets if s.casefold() in low] == [own]
+        assert low.count(own.casefold()) == 1
+
+
+def test_secrets_public_format_hides_secret_strings(secrets):
+    pf = secrets.public_format
+    assert pf["kind"] == "secrets" and pf["unit"] == "secret"
+    blob = json.dumps(pf).casefold()
+    for m in secrets.target_meta.values():
+        assert m["secret"].casefold() not in blob
+        spec = pf["secrets"][m["secret_id"]]
+        assert (spec["p"], spec["r"], spec["n_records"], spec["secret_kind"]) == (m["p"], m["r"], m["n_records"],
+                                                                                  m["secret_kind"])
+
+
+def test_defender_secrets(secrets):
+    some = list(secrets.targets[:7])
+    texts = [t.text for t in some] + list(secrets.adapt)
+    spec = defender_secrets(secrets, texts)
+    want = Counter(secrets.target_meta[t.id]["secret"] for t in some)
+    assert {s: v["n_records"] for s, v in spec.items()} == dict(want)
+    for s, v in spec.items():
+        m = next(mm for mm in secrets.target_meta.values() if mm["secret"] == s)
+        assert (v["p"], v["r"], v["secret_id"]) == (m["p"], m["r"], m["secret_id"])
+    assert defender_secrets(secrets, secrets.adapt) == {}
+
+
+def test_secret_helpers():
+    rng = np.random.default_rng(0)
+    for kind in ("word", "codename", "api_key"):
+        for _ in range(50):
+            s = make_secret(kind, rng)
+            assert SECRET_RUN.fullmatch(s)
+    with pytest.raises(ConfigError):
+        make_secret("pin", rng)
+    text = "def f():\n    return 1"
+    out = insert_line(text, 'API_KEY = "k"', np.random.default_rng(1), code=True)
+    assert len(out.split("\n")) == 3 and 'API_KEY = "k"' in out
+
+
+def test_secrets_too_many(cache):
+    with pytest.raises(DataError, match="n_secrets"):
+        Secrets(**dict(SECRETS, n_secrets=5000)).build(cache)
