@@ -56,6 +56,11 @@ class LanguageModel(ABC):
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         """Greedy continuations (the new text only)."""
 
+    def split_at_token(self, text: str, n_tokens: int) -> tuple[str, str]:
+        """``text`` cut after its first ``n_tokens`` tokens (no BOS, no truncation): (head, tail), each decoded
+        as :meth:`generate` decodes; ``n_tokens`` past the end gives ``(text, "")``."""
+        raise CapabilityError(f"{type(self).__name__} cannot cut text at token boundaries: implement split_at_token")
+
     def nll(self, texts: Sequence[str]) -> np.ndarray:
         """Mean per-token negative log-likelihood of each text."""
         return np.array([s.nll() for s in self.token_signals(texts)], dtype=np.float64)
@@ -152,6 +157,12 @@ class HFLanguageModel(LanguageModel):
         ids = (bos + p + t)[: self.max_length]
         return ids, len(bos) + len(p)
 
+    def split_at_token(self, text: str, n_tokens: int) -> tuple[str, str]:
+        ids = self._tok(text, add_special_tokens=False)["input_ids"]
+        n = max(0, min(int(n_tokens), len(ids)))
+        return (self._tok.decode(ids[:n], skip_special_tokens=True),
+                self._tok.decode(ids[n:], skip_special_tokens=True))
+
     def token_signals(self, texts: Sequence[str], prefix: str | None = None) -> list[TokenSignals]:
         keys = [text_hash(t) if prefix is None else text_hash(f"{text_hash(prefix)}\x1f{t}") for t in texts]
         have = self._cache.lookup(self.fingerprint, keys)
@@ -196,6 +207,7 @@ class HFLanguageModel(LanguageModel):
             tgt = ids[:, 1:]
             tok_lp = logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
             top1 = logp.argmax(-1) == tgt
+            top1_lp = logp.amax(-1)
             for r, i in enumerate(batch):
                 # position j of the shifted arrays predicts token j+1; keep the text's tokens only
                 sl = slice(max(starts[i] - 1, 0), len(encoded[i]) - 1)
@@ -205,6 +217,7 @@ class HFLanguageModel(LanguageModel):
                     mu=mu[r, sl].cpu().numpy().astype(np.float32),
                     sigma2=sigma2[r, sl].clamp_min(0).cpu().numpy().astype(np.float32),
                     top1=top1[r, sl].cpu().numpy().astype(np.int8),
+                    top1_logprob=top1_lp[r, sl].cpu().numpy().astype(np.float32),
                 )
         return out
 
@@ -255,10 +268,10 @@ class RestrictedModel(LanguageModel):
         allowed = frozenset(capabilities) & MODEL_CAPABILITIES
 
         def call(method: str, *args):
-            cap = {"token_signals": TOKEN_LOGPROBS, "next_token_logprobs": NEXT_TOKEN_DISTRIBUTION,
-                   "generate": GENERATE}[method]
-            if cap not in allowed:
-                raise CapabilityError(f"the {role} model does not release '{cap}' in this game: "
+            caps = {"token_signals": (TOKEN_LOGPROBS,), "next_token_logprobs": (NEXT_TOKEN_DISTRIBUTION,),
+                    "generate": (GENERATE,), "split_at_token": (GENERATE, NEXT_TOKEN_DISTRIBUTION)}[method]
+            if not allowed.intersection(caps):
+                raise CapabilityError(f"the {role} model does not release '{caps[0]}' in this game: "
                                       f"declare it in the attack's `requires` or use another game")
             return getattr(model, method)(*args)
 
@@ -281,6 +294,9 @@ class RestrictedModel(LanguageModel):
 
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
         return self._call("generate", list(prompts), max_new_tokens)
+
+    def split_at_token(self, text: str, n_tokens: int) -> tuple[str, str]:
+        return self._call("split_at_token", text, int(n_tokens))
 
 
 def perplexity(nll: float) -> float:

@@ -245,8 +245,14 @@ class Runner:
             raise PluginError(f"{exc} [game {inst.spec.name}, defense {d.label}]") from exc
         rows = membership_metrics(inst.labels, scores, fprs=tuple(s.metrics["fprs"]), n_boot=s.metrics["n_boot"],
                                   alpha=s.metrics["alpha"], seed=seed)
-        if getattr(a.instance, "family", "mia") == "exposure":
+        family = getattr(a.instance, "family", "mia")
+        if family == "exposure":
             rows += exposure_metrics(inst.labels, scores)
+        elif family == "extraction":
+            from attacks.extraction import extraction_metrics
+            rows += extraction_metrics(inst.labels, scores, a.instance.extraction_kind,
+                                       id_digits=int((data.public_format or {}).get("id_digits", 10)),
+                                       details=getattr(a.instance, "last_details", None), alpha=s.metrics["alpha"])
         self.store.write_evaluation(
             run_id, eval_key, task=task, model=model, defense=d.label, defense_params=d.instance.config, seed=seed,
             game=inst.spec.name, attack=a.label, attack_params=a.instance.config, world_key=ch.world_key,

@@ -465,7 +465,8 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
             opt = DPOptimizer(opt, noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=batch)
             vg = _VmapGrads(m)
         else:
-            loader = torch.utils.data.DataLoader(list(range(batch * 4)), batch_size=batch)
+            loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(batch * 4, 1)),
+                                                 batch_size=batch)
             hooks, opt, _ = PrivacyEngine().make_private(module=m, optimizer=opt, data_loader=loader,
                                                          noise_multiplier=1.0, max_grad_norm=0.1,
                                                          grad_sample_mode=mode, wrap_model=False)

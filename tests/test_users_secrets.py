@@ -152,18 +152,21 @@ def test_user_level_regularities(users):
 
 def test_user_bodies_are_mini_pile_records(users, base):
     pool = [r.text for r in base.targets] + list(base.adapt)
-    groups = by_user(users)
-    samples = users.public_format["user_samples"]
+    source = {i: r.id.rsplit("-", 1)[0] for i, r in enumerate(base.targets)}  # adapt records carry no id
     used = Counter()
+    sources_of: dict[str, list[str]] = {}
     for t in users.targets:
         if users.target_meta[t.id]["canary"]:
             continue
         hits = [i for i, p in enumerate(pool) if p in t.text]
         assert len(hits) == 1, t.id
         used[hits[0]] += 1
+        if hits[0] in source:
+            sources_of.setdefault(users.target_meta[t.id]["user"], []).append(source[hits[0]])
     assert all(v == 1 for v in used.values())  # no record reused
-    # topical coherence: a user's bodies come mostly from one source (code or plays)
-    assert groups and samples
+    # topical coherence: a user's bodies come from one source (a module's code or a play), not a random mix
+    purity = [max(Counter(v).values()) / len(v) for v in sources_of.values() if len(v) >= 2]
+    assert len(purity) >= 5 and np.mean(purity) >= 0.85
 
 
 def test_canary_users(users):
