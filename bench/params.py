@@ -124,5 +124,12 @@ def validate_params(owner: str, specs: tuple[Param, ...], given: dict[str, Any] 
             raise ConfigError(f"{owner}: unknown parameter '{key}': {hint}")
     out = {}
     for p in specs:
-        out[p.name] = p.validate(given[p.name], owner) if p.name in given else p.default
+        if p.name in given:
+            out[p.name] = p.validate(given[p.name], owner)
+        else:
+            try:
+                out[p.name] = p.validate(p.default, owner) if p.default is not None or not p.nullable else None
+            except ConfigError as exc:  # the plugin's own default is broken: that is the plugin's bug
+                from bench.errors import PluginError
+                raise PluginError(f"{exc} (this is the plugin's declared default: fix the plugin)") from None
     return out

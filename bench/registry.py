@@ -69,8 +69,11 @@ class Registry(Generic[T]):
                 continue
             if inspect.isclass(obj):
                 dist = getattr(ep, "dist", None)
-                self.register(getattr(obj, "name", "") or ep.name,
-                              origin=f"entry point {dist.name if dist else ep.value}")(obj)
+                origin = f"entry point {dist.name if dist else ep.value}"
+                try:
+                    self.register(getattr(obj, "name", "") or ep.name, origin=origin)(obj)
+                except RegistryError as exc:  # e.g. a third-party plugin named like a built-in: keep ours
+                    self.load_errors.append(f"entry point '{ep.name}' ({ep.value}): {exc}")
 
     def names(self) -> list[str]:
         self._ensure_loaded()
@@ -81,6 +84,10 @@ class Registry(Generic[T]):
         try:
             return self._classes[name]
         except KeyError:
+            failed = [e for e in self.load_errors if e.startswith(f"entry point '{name}' ")]
+            if failed:
+                raise RegistryError(f"{self.kind} '{name}' is installed but failed to load: {failed[0]}: "
+                                    f"fix or reinstall the plugin") from None
             close = difflib.get_close_matches(name, list(self._classes), n=1, cutoff=0.5)
             hint = f"did you mean '{close[0]}'?" if close else f"known: {', '.join(sorted(self._classes))}"
             raise RegistryError(f"unknown {self.kind} '{name}': {hint} (see `privbench list {self.kind}s`)") from None

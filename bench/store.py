@@ -389,9 +389,16 @@ class Store:
         dbapi = getattr(engine.dialect, "loaded_dbapi", None) or getattr(engine.dialect, "dbapi", None)
         self._dbapi_error: type[BaseException] = getattr(dbapi, "Error", SQLAlchemyError)
         if self.is_sqlite and engine.dialect.driver == "pysqlite":
-            self._install_sqlite_events(engine)
+            self._install_sqlite_events(engine, wal=create)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
+        try:
+            self._open(engine, create)
+        except BaseException:
+            engine.dispose()
+            raise
+
+    def _open(self, engine: Engine, create: bool) -> None:
         with self._guard("open the database"):
             with engine.connect() as conn:
                 if create:
@@ -410,7 +417,9 @@ class Store:
     # -------------------------------------------------------- plumbing
 
     @staticmethod
-    def _install_sqlite_events(engine: Engine) -> None:
+    def _install_sqlite_events(engine: Engine, wal: bool = True) -> None:
+        """Busy timeout and foreign keys always; WAL only for a store opened to write (a read-only `show`
+        must not change someone else's file, not even its journal mode)."""
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             # Let SQLAlchemy's "begin" event issue BEGIN, not the driver.
@@ -419,7 +428,8 @@ class Store:
             try:
                 cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
                 cur.execute("PRAGMA foreign_keys = ON")
-                cur.execute("PRAGMA journal_mode = WAL").fetchall()
+                if wal:
+                    cur.execute("PRAGMA journal_mode = WAL").fetchall()
             finally:
                 cur.close()
 

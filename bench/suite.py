@@ -76,6 +76,8 @@ def find_suite(ref: str) -> Path:
     """A path to a YAML file, or the name of a bundled suite (``smoke``, ``quick``)."""
     p = Path(ref)
     if p.suffix in (".yaml", ".yml") or p.exists():
+        if p.is_dir():
+            raise ConfigError(f"suite path '{ref}' is a directory: give the suite's .yaml file inside it")
         if not p.is_file():
             raise ConfigError(f"suite file '{ref}' not found: check the path, or use a bundled suite "
                               f"({', '.join(bundled_suites())})")
@@ -103,7 +105,9 @@ def load_suite(ref: str) -> Suite:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"suite file '{path}' is not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+        problem = getattr(exc, "problem", None) or getattr(exc, "reason", None) or str(exc).splitlines()[0]
+        raise ConfigError(f"suite file '{path}' is not valid YAML{where}: {problem} (save it as UTF-8 YAML)"
+                          ) from None
     if raw is None:
         raise ConfigError(f"suite file '{path}' is empty: see the bundled suites in {SUITE_DIR} for the format")
     return parse_suite(raw, path=str(path))
@@ -164,7 +168,14 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
             m = {"name": m}
         if not isinstance(m, dict) or "name" not in m:
             raise ConfigError(f"suite '{name}': every model needs a 'name' (got {m!r})")
-        models.append(resolve_spec(str(m["name"]), m.get("params") or {}))
+        extra = set(m) - {"name", "params"}
+        if extra:
+            raise ConfigError(f"suite '{name}': model '{m['name']}' has unknown keys {sorted(map(str, extra))}: "
+                              f"use name and params")
+        mparams = m.get("params") or {}
+        if not isinstance(mparams, dict):
+            raise ConfigError(f"suite '{name}': params of model '{m['name']}' must be a mapping of name: value")
+        models.append(resolve_spec(str(m["name"]), mparams))
     try:
         tasks = _entries(raw.get("tasks"), "tasks", TASKS, name)
         defenses = _entries(raw.get("defenses"), "defenses", DEFENSES, name)

@@ -128,10 +128,16 @@ class _Collate:
 
 
 def record_losses(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Each record's own mean next-token loss, shape (batch,): no record's value depends on another."""
-    lp = torch.nn.functional.cross_entropy(logits[:, :-1].float().flatten(0, 1), ids[:, 1:].flatten(),
-                                           reduction="none").view(ids.shape[0], -1)
-    m = mask[:, 1:].to(lp.dtype)
+    """Each record's own mean next-token loss, shape (batch,): no record's value depends on another.
+
+    Targets are the ids shifted left with the last position masked out, so the (batch, length, vocab)
+    logits are used whole (slicing them would copy them and zero-fill a gradient of the same size).
+    """
+    targets = torch.roll(ids, -1, dims=1)
+    m = torch.zeros_like(mask, dtype=torch.float32)
+    m[:, :-1] = mask[:, 1:]
+    lp = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), targets.flatten(),
+                                           reduction="none").view(ids.shape)
     return (lp * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
@@ -169,7 +175,7 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)  # HF defaults: betas (0.9, 0.999), eps 1e-8
     torch.manual_seed(seed)
     model.train()  # Opacus needs training mode before make_private (offline-facts)
-    hooks = vmap_grads = None
+    hooks = vmap_dp = None
     if private:
         if noise_multiplier is not None:
             sigma, calibrated_by, target = float(noise_multiplier), "given", None
@@ -178,16 +184,13 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
             calibrated_by, target = accountant, float(epsilon)
         noise_gen = torch.Generator(device=device).manual_seed(seed + 1)
         if grad_sample_mode == "vmap":
-            # the same three Opacus parts, assembled by hand: Poisson loader, DPOptimizer (clip + noise), RDP
-            # accountant; per-record gradients come from torch.func.vmap over the whole model (see _VmapGrads)
+            # Opacus' Poisson loader and RDP accountant; per-record gradients, clipping and noise by _VmapDP
             from opacus.accountants import RDPAccountant
-            from opacus.optimizers import DPOptimizer
             loader = DPDataLoader.from_data_loader(loader, generator=gen)
-            opt = DPOptimizer(opt, noise_multiplier=sigma, max_grad_norm=clip,
-                              expected_batch_size=int(n * sample_rate), loss_reduction="mean", generator=noise_gen)
             accountant_obj = RDPAccountant()
-            opt.attach_step_hook(accountant_obj.get_optimizer_hook_fn(sample_rate=sample_rate))
-            vmap_grads = _VmapGrads(model)
+            opt = vmap_dp = _VmapDP(model, opt, noise_multiplier=sigma, max_grad_norm=clip,
+                                    expected_batch_size=int(n * sample_rate), generator=noise_gen,
+                                    accountant=accountant_obj, sample_rate=sample_rate)
         else:
             engine = PrivacyEngine(accountant="rdp")
             hooks, opt, loader = engine.make_private(
@@ -216,20 +219,21 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                 if ids.shape[0] == 0:
                     empty += 1
                     if private:  # the release of an empty step is noise alone: still take it
-                        for p in params:
-                            p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
+                        if vmap_dp is None:
+                            for p in params:
+                                p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
                         opt.step()
                     opt.zero_grad(set_to_none=True)
                 else:
                     ids, mask = ids.to(device), mask.to(device)
-                    if vmap_grads is not None:
-                        loss = vmap_grads.step(ids, mask)
+                    if vmap_dp is not None:
+                        loss = vmap_dp.backward(ids, mask)
                     else:
                         logits = model(input_ids=ids, attention_mask=mask).logits
                         loss = record_losses(logits, ids, mask).mean()
                     if not torch.isfinite(loss):
                         raise ConfigError(f"{desc}: training loss became {loss.item()}: lower the learning rate")
-                    if vmap_grads is None:
+                    if vmap_dp is None:
                         loss.backward()
                     opt.step()
                     opt.zero_grad(set_to_none=True)
@@ -276,36 +280,99 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
     }
 
 
-class _VmapGrads:
-    """Per-record gradients of every trainable parameter in one ``vmap(grad(...))`` over the whole model.
+class _VmapDP:
+    """DP-SGD step with per-record gradients from one ``torch.func.vmap(grad(...))`` over the whole model.
 
-    Opacus' hooks compute per-record weight gradients from saved activations while autograd also computes
-    the summed gradient that DP-SGD then throws away; here each record's loss is differentiated once.
+    Why not only Opacus: its hooks compute per-record weight gradients from saved activations while autograd
+    still computes the summed weight gradient that DP-SGD throws away (for the nano model the output head's
+    gradient alone is ~4 GFLOP a step, done twice), and it materialises the input embedding's per-record
+    gradient as a dense (batch, vocab, hidden) tensor. Here each record's loss is differentiated once, and
+    the input embedding is handled sparsely: record i's gradient is sum_t onehot(x_it) b_it^T with b_it the
+    gradient at its embedding output, so ||g_i||^2 = sum_{t,s} [x_it = x_is] b_it . b_is and the clipped
+    sum is an index_add of c_i b_it. Clipping (flat, c_i = min(1, C / (||g_i|| + 1e-6)) as Opacus), noise
+    N(0, (sigma C)^2), division by the expected batch size, and the accountant step follow Opacus'
+    DPOptimizer exactly; tests/test_dp.py checks the noise-free update equals Opacus' to float tolerance.
+
     Records are right-padded and the model is causal, so real tokens never see padding: the forward needs
-    no attention mask (whose data-dependent checks vmap cannot trace); padding is excluded from the loss.
+    no attention mask (whose data-dependent checks vmap cannot trace) and padding is excluded from the loss
+    (its embedding gradients are exactly 0).
     """
 
-    def __init__(self, model: torch.nn.Module) -> None:
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, noise_multiplier: float,
+                 max_grad_norm: float, expected_batch_size: float, generator: torch.Generator | None,
+                 accountant=None, sample_rate: float = 1.0) -> None:
         from torch.func import functional_call, grad, vmap
 
-        self.model = model
-        self.trainable = {k: p for k, p in model.named_parameters() if p.requires_grad}
-        frozen = {k: p.detach() for k, p in model.named_parameters() if not p.requires_grad}
+        self.model, self.optimizer = model, optimizer
+        self.sigma, self.clip, self.expected = float(noise_multiplier), float(max_grad_norm), float(expected_batch_size)
+        self.generator, self.accountant, self.sample_rate = generator, accountant, sample_rate
+        emb = model.get_input_embeddings()
+        head = model.get_output_embeddings()
+        self.emb = emb if (emb is not None and emb.weight.requires_grad and type(emb) is torch.nn.Embedding
+                           and (head is None or head.weight is not emb.weight)) else None
+        self.dense = {k: p for k, p in model.named_parameters() if p.requires_grad
+                      and (self.emb is None or p is not self.emb.weight)}
+        frozen = {k: p.detach() for k, p in model.named_parameters() if k not in self.dense}
         frozen.update(dict(model.named_buffers()))
 
-        def loss_one(params, ids, mask):
-            out = functional_call(model, ({**params, **frozen},), args=(),
-                                  kwargs={"input_ids": ids[None], "use_cache": False})
+        def loss_one(params, embeds, ids, mask):
+            kw = {"inputs_embeds": embeds[None]} if embeds is not None else {"input_ids": ids[None]}
+            out = functional_call(model, ({**params, **frozen},), args=(), kwargs={**kw, "use_cache": False})
             loss = record_losses(out.logits, ids[None], mask[None])[0]
             return loss, loss.detach()
 
-        self._fn = vmap(grad(loss_one, has_aux=True), in_dims=(None, 0, 0), randomness="different")
+        argnums = (0, 1) if self.emb is not None else 0
+        self._fn = vmap(grad(loss_one, argnums=argnums, has_aux=True), in_dims=(None, 0 if self.emb is not None else None, 0, 0),
+                        randomness="different")
+        self._pending: tuple | None = None
 
-    def step(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        grads, losses = self._fn({k: p.detach() for k, p in self.trainable.items()}, ids, mask)
-        for k, p in self.trainable.items():
-            p.grad_sample = grads[k]
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def backward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """Per-record gradients of the batch (kept until ``step``); returns the mean record loss."""
+        params = {k: p.detach() for k, p in self.dense.items()}
+        if self.emb is not None:
+            embeds = self.emb(ids).detach()
+            (g_dense, g_emb), losses = self._fn(params, embeds, ids, mask)
+        else:
+            g_dense, losses = self._fn(params, None, ids, mask)
+            g_emb = None
+        self._pending = (g_dense, g_emb, ids)
         return losses.mean()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        params = list(self.dense.values()) + ([self.emb.weight] if self.emb is not None else [])
+        if self._pending is None:  # empty Poisson batch: the release is noise alone
+            sums = {id(p): torch.zeros_like(p) for p in params}
+        else:
+            g_dense, g_emb, ids = self._pending
+            n = ids.shape[0]
+            norm2 = torch.zeros(n, dtype=torch.float32, device=ids.device)
+            for g in g_dense.values():
+                norm2 += torch.linalg.vector_norm(g.reshape(n, -1), dim=1).square()
+            if g_emb is not None:
+                same = (ids[:, :, None] == ids[:, None, :]).to(g_emb.dtype)
+                norm2 += (torch.bmm(g_emb, g_emb.transpose(1, 2)) * same).sum((1, 2))
+            coef = (self.clip / (norm2.sqrt() + 1e-6)).clamp(max=1.0)
+            sums = {id(p): torch.tensordot(coef, g_dense[k], dims=1) for k, p in self.dense.items()}
+            if g_emb is not None:
+                w = self.emb.weight
+                sums[id(w)] = torch.zeros_like(w).index_add_(
+                    0, ids.reshape(-1), (coef[:, None, None] * g_emb).reshape(-1, w.shape[1]))
+        for p in params:
+            noise = torch.normal(0.0, self.sigma * self.clip, p.shape, generator=self.generator, device=p.device)
+            p.grad = (sums[id(p)] + noise) / self.expected
+        self.optimizer.step()
+        if self.accountant is not None:
+            self.accountant.step(noise_multiplier=self.sigma, sample_rate=self.sample_rate)
+        self._pending = None
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._pending = None
+        self.optimizer.zero_grad(set_to_none=set_to_none)
 
 
 def train_prefix(model: torch.nn.Module, seqs: list[list[int]], *, prefix_length: int, **train_kw) -> tuple:
@@ -409,9 +476,13 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
                       vocab: int = 8192, seed: int = 0) -> dict:
     """Seconds per optimizer step, non-private vs DP-SGD, on a random-init model of ``spec_name``.
 
-    Fixed batches of ``batch`` records of ``length`` tokens (no Poisson sampling, so every
-    step does the same work); the first two steps of each run are warm-up and not timed.
+    Fixed batches of ``batch`` records of ``length`` tokens (no Poisson sampling, so every step does the
+    same work). The configurations take turns step by step (so load from other jobs hits all alike);
+    the first two rounds are warm-up. Reports the median CPU seconds (process time: robust to other jobs
+    on a shared machine when torch runs one thread) and the median wall seconds of a step.
     """
+    import statistics
+
     from opacus import PrivacyEngine
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
@@ -438,52 +509,63 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
             m = get_peft_model(m, LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
         return m.train()
 
-    def run(m, opt, vg=None) -> float:
-        times = []
-        for ids in data:
-            t0 = time.perf_counter()
-            if vg is not None:
-                vg.step(ids, mask)
-            else:
-                loss = record_losses(m(input_ids=ids, attention_mask=mask).logits, ids, mask).mean()
-                loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            times.append(time.perf_counter() - t0)
-        return sum(times[2:]) / len(times[2:])
-
-    out: dict[str, Any] = {"spec": spec_name, "method": method, "batch": batch, "length": length,
-                           "threads": torch.get_num_threads()}
+    runs: dict[str, tuple] = {}
     m = build()
-    out["nonprivate_s"] = run(m, torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4))
+    runs["nonprivate"] = (m, torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4), None)
+    hooks_list = []
     for mode in modes:
         m = build()
         opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4)
-        hooks = vg = None
         if mode == "vmap":
-            from opacus.optimizers import DPOptimizer
-            opt = DPOptimizer(opt, noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=batch)
-            vg = _VmapGrads(m)
+            vg = _VmapDP(m, opt, noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=batch, generator=None)
+            runs[mode] = (m, vg, vg)
         else:
             loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(batch * 4, 1)),
                                                  batch_size=batch)
             hooks, opt, _ = PrivacyEngine().make_private(module=m, optimizer=opt, data_loader=loader,
                                                          noise_multiplier=1.0, max_grad_norm=0.1,
                                                          grad_sample_mode=mode, wrap_model=False)
-        try:
-            out[f"{mode}_s"] = run(m, opt, vg)
-        except Exception as exc:  # record, do not hide, a mode that fails
-            out[f"{mode}_s"] = None
-            out[f"{mode}_error"] = f"{type(exc).__name__}: {exc}"
-        if hooks is not None:
-            hooks.cleanup()
-        if out.get(f"{mode}_s"):
-            out[f"{mode}_ratio"] = round(out[f"{mode}_s"] / out["nonprivate_s"], 3)
+            hooks_list.append(hooks)
+            runs[mode] = (m, opt, None)
+    cpu: dict[str, list[float]] = {k: [] for k in runs}
+    wall: dict[str, list[float]] = {k: [] for k in runs}
+    errors: dict[str, str] = {}
+    for ids in data:
+        for name, (m, opt, vg) in runs.items():
+            if name in errors:
+                continue
+            c0, w0 = time.process_time(), time.perf_counter()
+            try:
+                if vg is not None:
+                    vg.backward(ids, mask)
+                else:
+                    record_losses(m(input_ids=ids, attention_mask=mask).logits, ids, mask).mean().backward()
+                opt.step()
+                opt.zero_grad(set_to_none=True)
+            except Exception as exc:  # record, do not hide, a mode that fails
+                errors[name] = f"{type(exc).__name__}: {exc}"
+                continue
+            cpu[name].append(time.process_time() - c0)
+            wall[name].append(time.perf_counter() - w0)
+    for h in hooks_list:
+        h.cleanup()
+    out: dict[str, Any] = {"spec": spec_name, "method": method, "batch": batch, "length": length,
+                           "threads": torch.get_num_threads(), "steps_timed": steps - 2}
+    for name in runs:
+        if name in errors:
+            out[f"{name}_error"] = errors[name]
+            continue
+        out[f"{name}_cpu_s"] = round(statistics.median(cpu[name][2:]), 4)
+        out[f"{name}_wall_s"] = round(statistics.median(wall[name][2:]), 4)
+        if name != "nonprivate":
+            out[f"{name}_ratio_cpu"] = round(out[f"{name}_cpu_s"] / out["nonprivate_cpu_s"], 3)
+            out[f"{name}_ratio_wall"] = round(out[f"{name}_wall_s"] / out["nonprivate_wall_s"], 3)
     return out
 
 
-if __name__ == "__main__":  # python -m defenses.dp [spec] [method]
+if __name__ == "__main__":  # OMP_NUM_THREADS=1 python -m defenses.dp [spec] [method]
     import json
     import sys
+    torch.set_num_threads(int(__import__("os").environ.get("PRIVBENCH_THREADS", "1") or 1))
     print(json.dumps(measure_step_cost(sys.argv[1] if len(sys.argv) > 1 else "nano",
                                        method=sys.argv[2] if len(sys.argv) > 2 else "full"), indent=1))

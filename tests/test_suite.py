@@ -114,7 +114,7 @@ def test_invalid_yaml_names_the_line(tmp_path):
 def test_missing_file_path(tmp_path):
     with pytest.raises(ConfigError, match="suite file .* not found"):
         load_suite(str(tmp_path / "nowhere" / "suite.yml"))
-    with pytest.raises(ConfigError, match="not found"):
+    with pytest.raises(ConfigError, match="is a directory"):
         load_suite(str(tmp_path))  # a directory is not a suite file
 
 
