@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.errors import CapabilityError, DataError
+from bench.errors import CapabilityError, ConfigError, DataError
 from bench.hashing import content_hash
 from bench.lm import (
     MODEL_CAPABILITIES, POPULATION, REFERENCE_MODEL, SHADOW_MODELS, LanguageModel, RestrictedModel,
@@ -195,6 +195,10 @@ class Challenger:
             self.config["adapt_target_repeats"] = int((data.public_format or {}).get("repeats", 1))
         self.seed = int(seed)
         self._data = data
+        if data.unit != "record":
+            raise ConfigError(f"task '{data.name}' has membership unit '{data.unit}' (all records of a {data.unit} "
+                              f"share one membership bit); the game draws records only so far: use its data with "
+                              f"`privbench data show`, or a record-level task for runs")
         c = self.config
         sizes = {(0, 0): c["n_null"], (0, 1): c["n_per_group"], (1, 0): c["n_per_group"], (1, 1): c["n_per_group"]}
         need = sum(sizes.values())

@@ -24,8 +24,8 @@ BUILTIN_MODULES = {
                "attacks.reference", "attacks.recall", "attacks.rmia", "attacks.exposure",
                "attacks.extraction"],
     "defense": ["defenses.finetune", "defenses.lora"],
-    "task": ["tasks.mini_pile", "tasks.pile_subsets", "tasks.canaries", "tasks.names2ids", "tasks.hub",
-             "tasks.user_files"],
+    "task": ["tasks.mini_pile", "tasks.pile_subsets", "tasks.canaries", "tasks.names2ids", "tasks.users",
+             "tasks.secrets", "tasks.hub", "tasks.user_files"],
 }
 ENTRY_POINT_GROUPS = {"attack": "privbench.attacks", "defense": "privbench.defenses", "task": "privbench.tasks"}
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 
 from bench.cache import ArtifactCache
-from bench.errors import DataError
+from bench.errors import ConfigError, DataError
 from bench.game import Challenger
 from bench.modeling import resolve_spec
 from bench.registry import TASKS
@@ -228,8 +228,11 @@ def test_arxiv_by_submitter_is_the_same_task(tmp_path, cache, pretrain_file):
 def test_pool_tasks_work_with_the_challenger(tmp_path, cache, pretrain_file):
     f = write(users_frame(400, "body", "from", 80), tmp_path / "e.jsonl", "jsonl")
     d = EnronUsers(source=str(f), pretrain_path=pretrain_file).build(cache)
-    ch = Challenger(d, {"n_per_group": 4, "n_null": 8, "adapt_background": 4}, seed=0)
-    assert len(ch.target_texts()) == 20
+    assert d.unit == "user" and all("user" in d.target_meta[t.id] for t in d.targets)
+    # user-level membership needs unit-aware group drawing; until then the game refuses rather than
+    # silently treating a user's records as independent members
+    with pytest.raises(ConfigError, match="membership unit 'user'"):
+        Challenger(d, {"n_per_group": 4, "n_null": 8, "adapt_background": 4}, seed=0)
 
 
 # -------------------------------------------------------------------------------------------------
