@@ -122,7 +122,8 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
                    data: AdaptationData, seed: int, device: torch.device,
                    progress: bool = True) -> tuple[Path, str, dict]:
     """θ' = defense.adapt(θ, D̃), merged into a plain Hugging Face checkpoint."""
-    key = content_hash("adapted", CACHE_SCHEMA, module_hash(*TRAINING_CODE, type(defense).__module__), base[1],
+    key = content_hash("adapted", CACHE_SCHEMA, module_hash(*TRAINING_CODE, type(defense).__module__,
+                                                                  *getattr(defense, "code_modules", ())), base[1],
                        defense.name, defense.version, defense.config,
                        [text_hash(t) for t in data.texts], seed, spec.context_length, spec.autocast_bf16)
 
