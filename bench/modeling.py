@@ -135,6 +135,12 @@ def load_model(path_or_id: str | Path, *, revision: str | None = None, device: t
         raise ConfigError(f"cannot load model '{path_or_id}': {str(exc).splitlines()[0]} "
                           f"(give a local directory in Hugging Face format, or a hub id where the hub is reachable)"
                           ) from None
+    if gguf_file:
+        # GGUF tensors are dequantised to fp32 on load, but the model keeps a "quantized with gguf" marker that
+        # blocks save_pretrained; after adaptation privbench saves plain fp32 weights
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     if device is not None:
