@@ -16,18 +16,6 @@ def select_device(preference: str = "auto") -> torch.device:
     return torch.device(preference)
 
 
-def bf16_supported(device: torch.device) -> bool:
-    if device.type == "cuda":
-        return torch.cuda.is_bf16_supported()
-    if device.type == "cpu":
-        try:
-            return bool(torch.backends.cpu.get_cpu_capability() in ("AVX512", "AMX") or
-                        "avx512_bf16" in open("/proc/cpuinfo").read())
-        except OSError:
-            return False
-    return False
-
-
 def set_threads() -> None:
     n = int(os.environ.get("PRIVBENCH_THREADS", "0") or 0) or (os.cpu_count() or 1)
     torch.set_num_threads(n)

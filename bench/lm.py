@@ -8,7 +8,6 @@ threat model allows and nothing else (no weights, no training data).
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
@@ -297,7 +296,3 @@ class RestrictedModel(LanguageModel):
 
     def split_at_token(self, text: str, n_tokens: int) -> tuple[str, str]:
         return self._call("split_at_token", text, int(n_tokens))
-
-
-def perplexity(nll: float) -> float:
-    return float(math.exp(min(nll, 50.0)))

@@ -146,7 +146,3 @@ def load_model(path_or_id: str | Path, *, revision: str | None = None, device: t
     if device is not None:
         model.to(device)
     return model, tok
-
-
-def count_parameters(model: torch.nn.Module, trainable_only: bool = False) -> int:
-    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from bench.errors import ConfigError
@@ -99,13 +99,6 @@ class Param:
                 return [inner._coerce(v, where) for v in value]
             return list(value)
         return value
-
-
-@dataclass
-class ParamSet:
-    """Validated parameter values of one plugin instance."""
-
-    values: dict[str, Any] = field(default_factory=dict)
 
 
 def validate_params(owner: str, specs: tuple[Param, ...], given: dict[str, Any] | None) -> dict[str, Any]:

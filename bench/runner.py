@@ -12,7 +12,6 @@ import platform
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import torch

@@ -563,6 +563,28 @@ _PRETRAIN_PARAM = Param("pretrain_path", str, None, "pretraining corpus file wit
                         "mini_pile's pretraining partition)", nullable=True)
 
 
+def _collect_records(rows, n, where: str, required: tuple[str, ...], schema_hint: str, text_of,
+                     id_prefix: str) -> tuple[list[dict], int]:
+    """Rows → unique ``{"id", "text"}`` records: the schema checked on the first row, rows without text and
+    repeated ids or texts skipped (and counted), ids from the row's ``id`` or else from the text."""
+    records, seen, skipped = [], set(), 0
+    for i, row in enumerate(_take(rows, n)):
+        if i == 0:
+            _require(row, required, where, schema_hint)
+        text = text_of(row)
+        if text is None:
+            skipped += 1
+            continue
+        row_id = row.get("id")
+        rid = f"{id_prefix}-{row_id}" if row_id not in (None, "") else text_id(text, f"{id_prefix}-r")
+        if rid in seen or text in seen:
+            skipped += 1
+            continue
+        seen.update((rid, text))
+        records.append({"id": rid, "text": text})
+    return records, skipped
+
+
 @register_task("samsum")
 class SamSum(_HubTask):
     description = ("SAMSum dialogues with their summaries as out-of-distribution adaptation data (source 004), "
@@ -576,22 +598,13 @@ class SamSum(_HubTask):
     def build(self, cache=None) -> TaskData:
         rows, prov = self._open(cache)
         where = _where(prov, self.name)
-        records, seen, skipped = [], set(), 0
-        for i, row in enumerate(_take(rows, self.n)):
-            if i == 0:
-                _require(row, ("dialogue", "summary"), where, "SAMSum rows have 'id', 'dialogue' and 'summary'")
+
+        def text_of(row):
             dialogue, summary = _text(row.get("dialogue")), _text(row.get("summary"))
-            if dialogue is None or summary is None:
-                skipped += 1
-                continue
-            text = f"Dialogue:\n{dialogue}\nSummary: {summary}"
-            sid = row.get("id")
-            rid = f"samsum-{sid}" if sid not in (None, "") else text_id(text, "samsum-r")
-            if rid in seen or text in seen:
-                skipped += 1
-                continue
-            seen.update((rid, text))
-            records.append({"id": rid, "text": text})
+            return None if dialogue is None or summary is None else f"Dialogue:\n{dialogue}\nSummary: {summary}"
+
+        records, skipped = _collect_records(rows, self.n, where, ("dialogue", "summary"),
+                                            "SAMSum rows have 'id', 'dialogue' and 'summary'", text_of, "samsum")
         return _pool_data(self, records, where=where, relation="ood", cache=cache,
                           prov=dict(prov, name="samsum", citation="Gliwa et al. 2019, SAMSum"),
                           stats={"rows_skipped": skipped})
@@ -610,22 +623,13 @@ class GermanWiki(_HubTask):
     def build(self, cache=None) -> TaskData:
         rows, prov = self._open(cache)
         where = _where(prov, self.name)
-        records, seen, skipped = [], set(), 0
-        for i, row in enumerate(_take(rows, self.n)):
-            if i == 0:
-                _require(row, ("text",), where, "Wikipedia rows have 'id', 'url', 'title' and 'text'")
+
+        def text_of(row):
             t = _text(row.get("text"))
-            if t is None:
-                skipped += 1
-                continue
-            t = truncate(t, self.max_chars)
-            aid = row.get("id")
-            rid = f"dewiki-{aid}" if aid not in (None, "") else text_id(t, "dewiki-r")
-            if rid in seen or t in seen:
-                skipped += 1
-                continue
-            seen.update((rid, t))
-            records.append({"id": rid, "text": t})
+            return None if t is None else truncate(t, self.max_chars)
+
+        records, skipped = _collect_records(rows, self.n, where, ("text",),
+                                            "Wikipedia rows have 'id', 'url', 'title' and 'text'", text_of, "dewiki")
         return _pool_data(self, records, where=where, relation="ood", cache=cache,
                           prov=dict(prov, name="german_wiki"), stats={"rows_skipped": skipped})
 

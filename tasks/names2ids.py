@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import re
 import unicodedata
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,22 +80,28 @@ def _corpus_ids(texts) -> set[str]:
     return out
 
 
-def make_people(n: int, locales: list[str], seed: int, *, ascii_names: bool = True,
-                forbidden_ids: set[str] | frozenset[str] = frozenset()) -> list[dict[str, str]]:
-    """``n`` people ``{"name", "id", "locale"}`` with unique names and unique IDs, deterministic in ``seed``."""
+def seeded_fakers(locales: Sequence[str], seed_of: Callable[[str], int], *, task: str) -> list[tuple[str, Any]]:
+    """One Faker per locale, each seeded with ``seed_of(locale)``; clear errors for a missing package or locale."""
     try:
         from faker import Faker
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise DataError("the names2ids task needs the 'faker' package: pip install faker") from exc
+        raise DataError(f"the {task} task needs the 'faker' package: pip install faker") from exc
     fakers = []
     for loc in locales:
         try:
             f = Faker(loc)
         except AttributeError as exc:
-            raise ConfigError(f"names2ids: Faker knows no locale {loc!r}: "
-                              f"use e.g. {', '.join(DEFAULT_LOCALES)}") from exc
-        f.seed_instance(_seed_int("names", seed, loc))
+            raise ConfigError(f"{task}: Faker knows no locale {loc!r}: use e.g. {', '.join(DEFAULT_LOCALES)}"
+                              ) from exc
+        f.seed_instance(seed_of(loc))
         fakers.append((loc, f))
+    return fakers
+
+
+def make_people(n: int, locales: list[str], seed: int, *, ascii_names: bool = True,
+                forbidden_ids: set[str] | frozenset[str] = frozenset()) -> list[dict[str, str]]:
+    """``n`` people ``{"name", "id", "locale"}`` with unique names and unique IDs, deterministic in ``seed``."""
+    fakers = seeded_fakers(locales, lambda loc: _seed_int("names", seed, loc), task="names2ids")
     people: list[dict[str, str]] = []
     seen_names: set[str] = set()
     misses, max_misses = 0, 50 * n + 1000

@@ -83,7 +83,7 @@ from bench.params import Param
 from bench.registry import register_task
 from bench.task import TargetRecord, Task, TaskData
 from tasks.mini_pile import MiniPile
-from tasks.names2ids import DEFAULT_LOCALES, to_ascii
+from tasks.names2ids import DEFAULT_LOCALES, seeded_fakers, to_ascii
 
 __all__ = ["UNIT_META_KEYS", "unit_key", "group_targets_by_unit", "draw_unit_groups", "draw_doc_counts", "assign_topics",
            "insert_at_word_boundary", "SyntheticUsers"]
@@ -304,19 +304,9 @@ def _short_job(f, ascii_only: bool) -> str:
 
 def make_identities(n: int, locales: Sequence[str], seed: int, *, ascii_only: bool = True) -> list[dict[str, Any]]:
     """``n`` users with unique names: identity (Faker, round robin over ``locales``) and a fixed style."""
-    try:
-        from faker import Faker
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise DataError("the synthetic_users task needs the 'faker' package: pip install faker") from exc
-    fakers = []
-    for loc in locales:
-        try:
-            f = Faker(loc)
-        except AttributeError as exc:
-            raise ConfigError(f"synthetic_users: Faker knows no locale {loc!r}: use e.g. "
-                              f"{', '.join(DEFAULT_LOCALES)}") from exc
-        f.seed_instance(_seed_int("identity", seed, loc))
-        fakers.append((loc, f))
+    from faker import Faker
+
+    fakers = seeded_fakers(locales, lambda loc: _seed_int("identity", seed, loc), task="synthetic_users")
     phrases = Faker("en_US")
     phrases.seed_instance(_seed_int("phrases", seed))
     users: list[dict[str, Any]] = []

@@ -27,12 +27,6 @@ WORLD = {"n_per_group": 4, "n_null": 8, "adapt_background": 10}
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    from bench.cache import ArtifactCache
-    return ArtifactCache(tmp_path_factory.mktemp("cache"))
-
-
-@pytest.fixture(scope="module")
 def base(cache):
     return MiniPile(max_chars_per_source=BUDGET).build(cache)
 

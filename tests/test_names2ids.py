@@ -18,12 +18,6 @@ RECORD = re.compile(r"^Name: ([A-Za-z][A-Za-z .'\-]*[A-Za-z.]), ID: ([1-9][0-9]{
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    from bench.cache import ArtifactCache
-    return ArtifactCache(tmp_path_factory.mktemp("cache"))
-
-
-@pytest.fixture(scope="module")
 def base(cache):
     return MiniPile(max_chars_per_source=BUDGET).build(cache)
 

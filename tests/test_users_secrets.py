@@ -32,12 +32,6 @@ SECRETS = dict(max_chars_per_source=BUDGET, n_secrets=20, records_per_secret_min
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory):
-    from bench.cache import ArtifactCache
-    return ArtifactCache(tmp_path_factory.mktemp("cache"))
-
-
-@pytest.fixture(scope="module")
 def base(cache):
     return MiniPile(max_chars_per_source=BUDGET).build(cache)
 
