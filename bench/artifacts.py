@@ -125,7 +125,7 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
     key = content_hash("adapted", CACHE_SCHEMA, module_hash(*TRAINING_CODE, type(defense).__module__,
                                                                   *getattr(defense, "code_modules", ())), base[1],
                        defense.name, defense.version, defense.config,
-                       [text_hash(t) for t in data.texts], seed, spec.context_length, spec.autocast_bf16)
+                       *data.key_parts(), seed, spec.context_length, spec.autocast_bf16)
 
     def build(tmp: Path) -> None:
         released = spec.source == "hf" and str(base[0]) == str(spec.hf_id)

@@ -106,10 +106,15 @@ def resolve_games(names: list[str] | str) -> list[GameSpec]:
 
 @dataclass(frozen=True)
 class Target:
-    """What an attacker knows of a target: an opaque id and the text. Never its label."""
+    """What an attacker knows of a target: an opaque id and the text. Never its label.
+
+    For unit-level games (a user, a secret) ``samples`` holds what the attacker legitimately knows of the unit
+    (e.g. a user's held-aside documents, never trained on); ``text`` is then the first of them.
+    """
 
     id: str
     text: str
+    samples: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -128,9 +133,38 @@ class ShadowSet:
 
 @dataclass(frozen=True)
 class AdaptationData:
-    """What a defense receives: its training texts, shuffled. No ids, no target marks."""
+    """What a defense receives: its training texts, shuffled. No ids, no target marks.
+
+    The data owner knows facts about its own data that some defenses use: the (pseudonymous) owner of each
+    text for per-user limits and user-level DP, and the secrets each text carries with their protection
+    targets for secret-level defenses (Hush, source 001). These never mark which records are targets.
+    """
 
     texts: tuple[str, ...]
+    #: owner of each text (user-stratified tasks), aligned with ``texts``; None elsewhere
+    users: tuple[str, ...] | None = None
+    #: ids of the secrets each text carries (secret-bearing tasks), aligned with ``texts``; None elsewhere
+    secrets: tuple[tuple[str, ...], ...] | None = None
+    #: per secret id, Hush's (p_j prior success, r_j allowed posterior success) targets; None elsewhere
+    secret_targets: dict[str, tuple[float, float]] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("users", "secrets"):
+            aligned = getattr(self, name)
+            if aligned is not None and len(aligned) != len(self.texts):
+                raise ValueError(f"AdaptationData.{name} has {len(aligned)} entries for {len(self.texts)} texts")
+
+    def key_parts(self) -> list:
+        """What an adapted model's cache key must cover: every field a defense can read."""
+        from bench.hashing import text_hash
+        parts: list = [[text_hash(t) for t in self.texts]]
+        if self.users is not None:
+            parts.append(["users", list(self.users)])
+        if self.secrets is not None:
+            parts.append(["secrets", [list(s) for s in self.secrets]])
+        if self.secret_targets is not None:
+            parts.append(["secret_targets", sorted((k, list(v)) for k, v in self.secret_targets.items())])
+        return parts
 
 
 class AttackerView:
