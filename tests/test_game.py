@@ -176,7 +176,8 @@ def test_adaptation_data_is_background_plus_b1_targets(ch, data):
     assert len(b1) == 2 * N_PER_GROUP
     assert Counter(ad.texts) == Counter(list(data.adapt[:BACKGROUND]) + b1)
     # it holds only a tuple of strings: no ids, no marks
-    assert [f.name for f in dataclasses.fields(AdaptationData)] == ["texts"]
+    assert [f.name for f in dataclasses.fields(AdaptationData)] == ["texts", "users", "secrets", "secret_targets"]
+    assert ad.users is None and ad.secrets is None and ad.secret_targets is None
     assert isinstance(ad.texts, tuple) and all(type(t) is str for t in ad.texts)
     assert not hasattr(ad, "__slots__") or ad.__slots__ == ()
     assert set(vars(ad)) == {"texts"}
