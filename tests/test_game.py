@@ -180,7 +180,7 @@ def test_adaptation_data_is_background_plus_b1_targets(ch, data):
     assert ad.users is None and ad.secrets is None and ad.secret_targets is None
     assert isinstance(ad.texts, tuple) and all(type(t) is str for t in ad.texts)
     assert not hasattr(ad, "__slots__") or ad.__slots__ == ()
-    assert set(vars(ad)) == {"texts"}
+    assert set(vars(ad)) == {"texts", "users", "secrets", "secret_targets"}
     with pytest.raises(dataclasses.FrozenInstanceError):
         ad.texts = ()
     # shuffled: the targets are not simply appended after the background
@@ -453,8 +453,9 @@ def test_dishonest_attack_finds_nothing(data, models):
 
 
 def test_target_carries_only_id_and_text():
-    assert [f.name for f in dataclasses.fields(Target)] == ["id", "text"]
+    assert [f.name for f in dataclasses.fields(Target)] == ["id", "text", "samples"]
     t = Target("x", "y")
+    assert t.samples == ()
     with pytest.raises(dataclasses.FrozenInstanceError):
         t.id = "z"
 
