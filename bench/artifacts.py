@@ -10,6 +10,7 @@ import torch
 from bench.cache import ArtifactCache
 from bench.defense import Defense, TrainContext
 from bench.game import AdaptationData
+from bench.release import Release, save_release
 from bench.hashing import CACHE_SCHEMA, content_hash, module_hash, text_hash
 
 #: the code whose changes invalidate trained artifacts
@@ -121,7 +122,7 @@ def ensure_reference(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok:
 def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str, str], defense: Defense,
                    data: AdaptationData, seed: int, device: torch.device,
                    progress: bool = True) -> tuple[Path, str, dict]:
-    """θ' = defense.adapt(θ, D̃), merged into a plain Hugging Face checkpoint."""
+    """θ' = defense.adapt(θ, D̃): a plain Hugging Face checkpoint, or a :class:`Release` directory."""
     key = content_hash("adapted", CACHE_SCHEMA, module_hash(*TRAINING_CODE, type(defense).__module__,
                                                                   *getattr(defense, "code_modules", ())), base[1],
                        defense.name, defense.version, defense.config,
@@ -134,7 +135,10 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
         ctx = TrainContext(tok, device, spec.context_length, seed, spec.autocast_bf16, progress=progress)
         torch.manual_seed(seed)
         adapted = defense.adapt(model, data, ctx)
-        adapted.save_pretrained(tmp)
+        if isinstance(adapted, Release):  # an aggregate or an unmergeable adapter: saved by its own rules
+            save_release(adapted, tmp)
+        else:
+            adapted.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         (tmp / "privbench.json").write_text(json.dumps({"report": defense.training_report(),
                                                         "guarantee": defense.guarantee()}, default=str))

@@ -27,6 +27,7 @@ from bench.hashing import code_version, content_hash
 from bench.lm import HFLanguageModel, SignalCache
 from bench.metrics import exposure_metrics, membership_metrics
 from bench.modeling import ModelSpec, load_model
+from bench.release import is_release, load_release
 from bench.store import Store
 from bench.suite import Suite
 
@@ -106,6 +107,12 @@ class Runner:
 
     # -------------------------------------------------------------------------------------------
     def _lm(self, path, key: str, spec: ModelSpec, device) -> HFLanguageModel:
+        if is_release(path):  # an aggregate or adapter release (bench/release.py): loaded by its kind's loader
+            def make_lm(model, tok, suffix: str = "") -> HFLanguageModel:
+                return HFLanguageModel(model, tok, fingerprint=content_hash(key, suffix) if suffix else key,
+                                       max_length=spec.context_length, batch_size=spec.score_batch_size,
+                                       device=device, cache=self.signals, progress=not self.quiet)
+            return load_release(path, device=device, fingerprint=key, make_lm=make_lm)
         hf = spec.source == "hf" and str(path) == str(spec.hf_id)  # the released checkpoint itself
         model, tok = load_model(path, revision=spec.revision if hf else None, device=device,
                                 gguf_file=spec.gguf_file if hf else None)
