@@ -82,11 +82,14 @@ def _utility_table(rows: list[dict]) -> str:
     from bench.report import format_rows
     pivot: dict[tuple, dict] = {}
     for r in rows:
-        k = (r["task"], r["model"], r["seed"], r["role"], r["defense"])
-        pivot.setdefault(k, {"task": k[0], "model": k[1], "seed": k[2], "role": k[3], "defense": k[4]})
+        k = (r["task"], r["model"], r["seed"], r["role"], r["defense"], r["dataset"])
+        pivot.setdefault(k, {"task": k[0], "model": k[1], "seed": k[2], "role": k[3], "defense": k[4],
+                             "data": k[5]})
         pivot[k][r["metric"]] = r["value"]
-    cols = ["task", "model", "seed", "role", "defense", "loss", "perplexity", "next_token_accuracy", "train_seconds"]
-    return "utility on held-out data\n" + format_rows(list(pivot.values()), "table", columns=cols)
+    cols = ["task", "model", "seed", "role", "defense", "data", "loss", "perplexity", "next_token_accuracy",
+            "rouge1", "rougeL", "train_seconds"]
+    return "utility (held-out, out-of-domain and matched-utility rows)\n" + format_rows(list(pivot.values()), "table",
+                                                                                        columns=cols)
 
 
 @app.command("list")

@@ -13,14 +13,13 @@ import sys
 import time
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference, ensure_tokenizer
 from bench.attack import run_attack
 from bench.cache import ArtifactCache
 from bench.device import select_device, set_threads, tune_allocator
-from bench.errors import ConfigError, PluginError, PrivbenchError
+from bench.errors import ConfigError, DataError, PluginError, PrivbenchError
 from bench.game import AdaptationData, Challenger, ShadowSet
 from bench.lm import SHADOW_MODELS
 from bench.hashing import code_version, content_hash
@@ -29,7 +28,10 @@ from bench.metrics import exposure_metrics, membership_metrics
 from bench.modeling import ModelSpec, load_model
 from bench.release import is_release, load_release
 from bench.store import Store
-from bench.suite import Suite
+from bench.utility import generation_metrics, heldout_metrics
+from bench.matching import candidate_params, pick
+from bench.registry import DEFENSES
+from bench.suite import PluginEntry, Suite
 
 
 @dataclass
@@ -123,6 +125,10 @@ class Runner:
     def _run(self, run_id: int) -> None:
         s = self.suite
         device = select_device(s.device)
+        self._ood_heldout = None
+        if s.utility_ood is not None:
+            ood = s.utility_ood.instance.build(self.cache)
+            self._ood_heldout = (s.utility_ood.label, list(ood.heldout[: s.utility["n_heldout"]]))
         for task_entry in s.tasks:
             self.log(f"task '{task_entry.label}': building data")
             data = task_entry.instance.build(self.cache)
@@ -203,11 +209,13 @@ class Runner:
             self._utility(run_id, reference, heldout, role="reference", defense="-", key=reference.fingerprint,
                           **common)
         adaptation = ch.adaptation_data()
+        defenses = [self._matched(run_id, d, spec, (base_path, base_key), adaptation, seed, device, data, common)
+                    if d.match else d for d in s.defenses]
         shadow_sets_by_defense: dict[str, dict[str, ShadowSet]] = {}
         if self._needs_shadows() and reference is not None:
             split = self._population_split(data)
             pretrain_shadows = ShadowSet((reference,), (split["reference"],), split["z"], "attacker reference")
-            for d in s.defenses:
+            for d in defenses:
                 self.log(f"defense '{d.label}': {s.shadows['n']} shadow models from θ and from the attacker's "
                          f"reference")
                 shadow_sets_by_defense[d.label] = {
@@ -215,7 +223,7 @@ class Runner:
                     "base": self._shadows(spec, data, d, (base_path, base_key), reference, device, "released θ"),
                     "reference": self._shadows(spec, data, d, ref_base, reference, device, "attacker reference"),
                 }
-        for d in s.defenses:
+        for d in defenses:
             self.log(f"defense '{d.label}': adapting θ → θ' on {len(adaptation.texts)} records")
             ad_path, ad_key, meta = ensure_adapted(self.cache, spec, (base_path, base_key), d.instance, adaptation,
                                                    seed, device, progress=not self.quiet)
@@ -232,6 +240,30 @@ class Runner:
                 for a in s.attacks:
                     self._evaluate(run_id, ch, inst, a, d, theta, theta_p, reference, data,
                                    shadow_sets_by_defense.get(d.label), **common)
+
+    def _matched(self, run_id, d, spec, base, adaptation, seed, device, data, common):
+        """The defense entry with its ``match`` parameter tuned to the target validation loss (bench/matching.py)."""
+        m = d.match
+        n_u = self.suite.utility["n_heldout"]
+        val = list(data.heldout[n_u: n_u + m["n_validation"]])
+        if len(val) < m["n_validation"]:
+            raise DataError(f"defense '{d.label}': matched utility needs {m['n_validation']} validation records after "
+                            f"the {n_u} utility records, but the task's held-out partition has {len(data.heldout)}: "
+                            f"lower match.n_validation or utility.n_heldout")
+        tried = []
+        for params in candidate_params(m, d.params):
+            inst = DEFENSES.create(d.name, params)
+            self.log(f"defense '{d.label}': matching utility, {m['param']} = {params[m['param']]}")
+            path, key, _ = ensure_adapted(self.cache, spec, base, inst, adaptation, seed, device,
+                                          progress=not self.quiet)
+            tried.append((params, inst, heldout_metrics(self._lm(path, key, spec, device), val)[0]["loss"]))
+        best, loss = pick([(i, t[2]) for i, t in enumerate(tried)], m["target_loss"])
+        params, inst, _ = tried[best]
+        self.store.write_utility(
+            run_id, content_hash(inst.key, base[1], "match", m, seed), defense=d.label, role="adapted",
+            dataset="match", n_tokens=0, values={"validation_loss": float(loss), "target_loss": m["target_loss"],
+                                                 f"chosen_{m['param']}": float(params[m["param"]])}, **common)
+        return PluginEntry(d.label, d.name, params, inst, None)
 
     def _evaluate(self, run_id, ch, inst, a, d, theta, theta_p, reference, data, shadows, *, task, model,
                   seed) -> None:
@@ -268,15 +300,22 @@ class Runner:
 
     def _utility(self, run_id, lm: HFLanguageModel, heldout: list[str], *, role, defense, key, task, model, seed,
                  train: dict | None = None) -> None:
-        sig = lm.token_signals(heldout)
-        n_tok = int(sum(x.n_tokens for x in sig))
-        total = float(sum(-x.logprobs.astype(np.float64).sum() for x in sig))
-        loss = total / max(n_tok, 1)
-        hits = int(sum(int(x.top1.sum()) for x in sig))
-        values = {"loss": loss, "perplexity": float(np.exp(min(loss, 50.0))),
-                  "next_token_accuracy": hits / max(n_tok, 1)}
+        """Held-out loss / perplexity / next-token accuracy, ROUGE of greedy continuations, and the same
+        losses on out-of-domain held-out data when the suite names it (bench/utility.py)."""
+        u = self.suite.utility
+        values, n_tok = heldout_metrics(lm, heldout)
+        if u.get("n_generate", 0) > 0:
+            values.update(generation_metrics(lm, heldout, n=u["n_generate"], prompt_tokens=u["prompt_tokens"],
+                                             max_new_tokens=u["max_new_tokens"],
+                                             cache_dir=self.cache.root / "generations"))
         if train and "train" in train:
             values["train_seconds"] = float(train["train"].get("seconds", 0.0))
-        self.store.write_utility(run_id, content_hash(key, "heldout", len(heldout)), task=task, model=model,
-                                 defense=defense, seed=seed, role=role, dataset="heldout", values=values,
-                                 n_tokens=n_tok)
+        common = dict(task=task, model=model, defense=defense, seed=seed, role=role)
+        self.store.write_utility(run_id, content_hash(key, "heldout", len(heldout), u.get("n_generate", 0),
+                                                      u.get("prompt_tokens"), u.get("max_new_tokens")),
+                                 dataset="heldout", values=values, n_tokens=n_tok, **common)
+        if self._ood_heldout:
+            label, texts = self._ood_heldout
+            ood_values, ood_tok = heldout_metrics(lm, texts)
+            self.store.write_utility(run_id, content_hash(key, "ood", label, len(texts)), dataset=f"ood:{label}",
+                                     values=ood_values, n_tokens=ood_tok, **common)

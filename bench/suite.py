@@ -31,6 +31,8 @@ class PluginEntry:
     name: str
     params: dict[str, Any]
     instance: Any
+    #: matched-utility tuning of a defense (bench/matching.py), or None
+    match: dict[str, Any] | None = None
 
 
 @dataclass
@@ -51,6 +53,8 @@ class Suite:
     utility: dict[str, Any] = field(default_factory=dict)
     device: str = "auto"
     shadows: dict[str, Any] = field(default_factory=dict)
+    #: the task whose held-out partition measures out-of-domain utility (``utility: {ood: ...}``), if any
+    utility_ood: PluginEntry | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -60,7 +64,8 @@ class Suite:
             "tasks": [{"label": e.label, "name": e.name, "params": e.instance.config} for e in self.tasks],
             "models": [m.to_dict() for m in self.models],
             "defenses": [{"label": e.label, "name": e.name, "version": e.instance.version,
-                          "params": e.instance.config} for e in self.defenses],
+                          "params": e.instance.config, **({"match": e.match} if e.match else {})}
+                         for e in self.defenses],
             "attacks": [{"label": e.label, "name": e.name, "version": e.instance.version,
                          "params": e.instance.config} for e in self.attacks],
             "games": [g.name for g in self.games], "world": self.world, "reference": self.reference,
@@ -124,10 +129,11 @@ def _entries(raw: Any, key: str, registry, suite: str) -> list[PluginEntry]:
             item = {"name": item}
         if not isinstance(item, dict) or "name" not in item:
             raise ConfigError(f"suite '{suite}': every entry of '{key}' needs a 'name' (got {item!r})")
-        extra = set(item) - {"name", "params", "label"}
+        allowed = {"name", "params", "label"} | ({"match"} if key == "defenses" else set())
+        extra = set(item) - allowed
         if extra:
             raise ConfigError(f"suite '{suite}': entry '{item['name']}' of '{key}' has unknown keys {sorted(extra)}: "
-                              f"use name, params, label")
+                              f"use {', '.join(sorted(allowed))}")
         params = item.get("params") or {}
         if not isinstance(params, dict):
             raise ConfigError(f"suite '{suite}': params of '{item['name']}' must be a mapping")
@@ -136,7 +142,11 @@ def _entries(raw: Any, key: str, registry, suite: str) -> list[PluginEntry]:
         if label in seen:
             raise ConfigError(f"suite '{suite}': '{label}' appears twice in '{key}': give one a distinct 'label'")
         seen.add(label)
-        out.append(PluginEntry(label, str(item["name"]), params, instance))
+        match = None
+        if "match" in item:  # matched utility (bench/matching.py)
+            from bench.matching import parse_match
+            match = parse_match(item["match"], str(item["name"]), params, registry.create, suite)
+        out.append(PluginEntry(label, str(item["name"]), params, instance, match))
     return out
 
 
@@ -207,9 +217,21 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         Param("alpha", float, 0.05, "1 - confidence level", low=0.0, high=0.5, low_inclusive=False),
         Param("fprs", list, [0.001, 0.01, 0.05], "FPR targets for TPR@FPR", item_type=float),
     ), metrics)
+    raw_utility = dict(raw.get("utility") or {}) if isinstance(raw.get("utility") or {}, dict) else raw.get("utility")
+    if not isinstance(raw_utility, dict):
+        raise ConfigError(f"suite '{name}': 'utility' must be a mapping (e.g. {{n_heldout: 200}})")
+    ood_raw = raw_utility.pop("ood", None)
     utility = validate_params(f"suite '{name}' utility", (
         Param("n_heldout", int, 200, "held-out records for loss / perplexity", low=1),
-    ), raw.get("utility") or {})
+        Param("n_generate", int, 24, "held-out records continued greedily for ROUGE-1/ROUGE-L (0 = off)", low=0),
+        Param("prompt_tokens", int, 32, "tokens of a held-out record given as the generation prompt", low=1),
+        Param("max_new_tokens", int, 32, "tokens generated and compared with the record's true continuation",
+              low=1),
+    ), raw_utility)
+    utility_ood = None
+    if ood_raw is not None:  # out-of-domain held-out data: another task's held-out partition
+        utility_ood = _entries([ood_raw], "utility.ood", TASKS, str(name))[0]
+        utility["ood"] = {"label": utility_ood.label, "name": utility_ood.name, "params": utility_ood.instance.config}
     shadows = validate_params(f"suite '{name}' shadows", (
         Param("n", int, 2, "shadow models per (defense, base); RMIA tunes its α on a pair of them", low=1),
         Param("records", int, 180, "population records each shadow is adapted on (≈ the size of D̃)", low=4),
@@ -220,4 +242,5 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         raise ConfigError(f"suite '{name}': 'device' must be a string like auto, cpu or cuda")
     return Suite(name=str(name), description=str(raw.get("description", "")), path=path, raw=raw, seeds=seeds,
                  tasks=tasks, models=models, defenses=defenses, attacks=attacks, games=games, world=world,
-                 reference=ref, metrics=metrics, utility=utility, device=device, shadows=shadows)
+                 reference=ref, metrics=metrics, utility=utility, device=device, shadows=shadows,
+                 utility_ood=utility_ood)

@@ -59,7 +59,7 @@ def test_smoke_suite_loads():
     assert s.world == {"n_per_group": 60, "n_null": 500, "adapt_background": 60, "pretrain_target_repeats": 1,
                        "adapt_target_repeats": None}
     assert s.metrics["n_boot"] == 500 and s.metrics["alpha"] == 0.05  # given, and a default filled in
-    assert s.utility == {"n_heldout": 200}
+    assert s.utility == {"n_heldout": 200, "n_generate": 24, "prompt_tokens": 32, "max_new_tokens": 32}
 
 
 def test_config_hash_is_stable_and_tracks_changes(smoke_raw, tmp_path):
