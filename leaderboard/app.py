@@ -1,20 +1,37 @@
 """privbench leaderboard: `streamlit run leaderboard/app.py [-- --db results.db]`.
 
-Reads the results database read-only and renders every value as plain data
-(names and descriptions are never interpreted as HTML).
+Reads the results database read-only (SQLite URI ``mode=ro``) through leaderboard.queries, never imports
+plugin code, and shows every plugin-supplied string (task, model, defense and attack names, parameters,
+configs) only through st.dataframe / st.text / st.code / widget options, never as markdown or HTML.
+Conventions for seeds, worst cases, CIs and the Pareto front: leaderboard/aggregate.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
 
+import altair as alt
+import numpy as np
+import pandas as pd
 import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from leaderboard.queries import leaderboard, metric_frame, read_only_engine, utility_frame  # noqa: E402
+from leaderboard.aggregate import (  # noqa: E402
+    BASELINES, KEYS, attack_breakdown, config_label, export_bytes, latest_per_seed, leaderboard_table,
+    pareto_front,
+)
+from leaderboard.queries import (  # noqa: E402
+    LeaderboardError, check_schema, guarantee_frame, metric_frame, read_only_engine, roc_points, roc_summary,
+    run_frame, scores_frame, utility_frame,
+)
+
+GAME_ORDER = ["pretrain", "adapt", "joint/fresh", "joint/seen", "joint/both", "post_adapt", "null"]
+VIEWS = ["Leaderboard", "Privacy–utility", "ROC curves", "Per-attack breakdown", "Provenance"]
+EPSILON = "guarantee: epsilon"
 
 
 def _db_arg() -> str:
@@ -26,38 +43,248 @@ def _db_arg() -> str:
     return args.db
 
 
+def _load(db: str) -> dict[str, pd.DataFrame]:
+    engine = read_only_engine(db)
+    try:
+        check_schema(engine)
+        return {"metrics": metric_frame(engine), "utility": utility_frame(engine),
+                "guarantees": guarantee_frame(engine), "runs": run_frame(engine), "engine": engine}
+    except Exception:
+        engine.dispose()
+        raise
+
+
+def _downloads(frame: pd.DataFrame, name: str, key: str) -> None:
+    """CSV and JSON of exactly the frame shown above."""
+    c1, c2, _ = st.columns([1, 1, 4])
+    c1.download_button("CSV", export_bytes(frame, "csv"), file_name=f"{name}.csv", mime="text/csv",
+                       key=f"{key}_csv")
+    c2.download_button("JSON", export_bytes(frame, "json"), file_name=f"{name}.json", mime="application/json",
+                       key=f"{key}_json")
+
+
+def _games(metrics: pd.DataFrame) -> list[str]:
+    present = set(metrics["game"])
+    return [g for g in GAME_ORDER if g in present] + sorted(present - set(GAME_ORDER))
+
+
+def _filters(metrics: pd.DataFrame) -> dict:
+    sb = st.sidebar
+    sb.header("Filters")
+    f = {
+        "task": sb.multiselect("task / split", sorted(metrics["task"].unique()), key="f_task"),
+        "model": sb.multiselect("model", sorted(metrics["model"].unique()), key="f_model"),
+        "game": sb.multiselect("game (stage)", _games(metrics), key="f_game"),
+        "family": sb.multiselect("attack family", sorted(metrics["family"].unique()), key="f_family"),
+        "eps_max": sb.number_input("max ε (empty = no limit)", min_value=0.0, value=None, step=1.0,
+                                   key="f_eps"),
+        "eps_missing": sb.checkbox("keep defenses without an ε", value=True, key="f_eps_missing"),
+    }
+    sb.caption("An empty selection means all.")
+    sb.header("Utility baseline")
+    f["baseline"] = sb.radio("Δ loss is measured against", list(BASELINES), key="f_baseline",
+                             format_func=lambda b: {"finetune": "finetune defense", "pretrained": "pretrained θ"}[b])
+    return f
+
+
+def _apply(metrics: pd.DataFrame, f: dict) -> pd.DataFrame:
+    m = metrics
+    for col in ("task", "model", "game", "family"):
+        if f[col]:
+            m = m[m[col].isin(f[col])]
+    return latest_per_seed(m)
+
+
+def _eps_filter(table: pd.DataFrame, f: dict) -> pd.DataFrame:
+    if f["eps_max"] is None or table.empty:
+        return table
+    eps = table[EPSILON] if EPSILON in table else pd.Series(np.nan, index=table.index)
+    keep = (eps <= f["eps_max"]) | (eps.isna() & f["eps_missing"])
+    return table[keep]
+
+
+def _config_picker(table: pd.DataFrame, key: str) -> pd.Series | None:
+    if table.empty:
+        st.info("no defense configuration matches the filters")
+        return None
+    idx = st.selectbox("defense configuration", list(table.index), key=key,
+                       format_func=lambda i: config_label(table.loc[i]))
+    return table.loc[idx]
+
+
+def _rows_of(metrics: pd.DataFrame, cfg: pd.Series) -> pd.DataFrame:
+    sel = np.ones(len(metrics), dtype=bool)
+    for k in KEYS:
+        sel &= (metrics[k] == cfg[k]).to_numpy()
+    return metrics[sel]
+
+
+# ---------------------------------------------------------------- views
+
+
+def view_leaderboard(table: pd.DataFrame, f: dict) -> None:
+    st.subheader("Defense configurations")
+    st.caption("One row per (task, model, defense, params). For each game: the worst-case attack — the attack "
+               "with the highest mean AUC (resp. TPR at 1% FPR) over seeds, named in the 'attack' column — as "
+               "mean, sd over seeds and 95% CI (bootstrap for AUC, Clopper–Pearson for TPR; for several seeds "
+               "the envelope of the per-seed CIs). AUC 0.5 = chance; the null game is a control and must stay "
+               "near 0.5. Exposure and extraction rates are the members' values, worst over attacks. "
+               "Guarantees are read from the guarantees table (name: value; inf = no guarantee).")
+    st.caption(f"Δ loss = held-out loss minus that of {BASELINES[f['baseline']]}. "
+               "Cost = adaptation training seconds and attack seconds per seed. "
+               "'command' and 'code version' name what produced each row.")
+    if table.empty:
+        st.info("no results match the filters")
+        return
+    c1, c2 = st.columns([3, 1])
+    sort_by = c1.selectbox("sort by", ["(as listed)"] + list(table.columns), key="sort_by")
+    desc = c2.checkbox("descending", value=True, key="sort_desc")
+    shown = table if sort_by == "(as listed)" else table.sort_values(sort_by, ascending=not desc,
+                                                                     na_position="last", kind="stable")
+    shown = shown.reset_index(drop=True)
+    st.dataframe(shown, hide_index=True, width="stretch", key="main_table")
+    _downloads(shown, "leaderboard", "dl_main")
+
+
+def view_privacy_utility(table: pd.DataFrame, games: list[str]) -> None:
+    st.subheader("Privacy–utility trade-off")
+    game = st.selectbox("game for the privacy axis", games, key="pu_game",
+                        index=games.index("adapt") if "adapt" in games else 0)
+    auc_col = f"{game} · max AUC"
+    if table.empty or auc_col not in table or "held-out loss" not in table:
+        st.info("no configuration has both a worst-case AUC for this game and a held-out loss")
+        return
+    pts = table[KEYS + [auc_col, "held-out loss"]].rename(columns={auc_col: "worst-case AUC"})
+    pts = pts.dropna(subset=["worst-case AUC", "held-out loss"]).reset_index(drop=True)
+    front_mask = np.zeros(len(pts), dtype=bool)
+    for _, idx in pts.groupby(["task", "model"]).groups.items():  # losses of different tasks/models differ
+        front_mask[idx] = pareto_front(pts.loc[idx, "held-out loss"], pts.loc[idx, "worst-case AUC"])
+    pts["Pareto front"] = front_mask
+    pts = pts.sort_values(["task", "model", "held-out loss"], kind="stable").reset_index(drop=True)
+    st.caption("Both axes: lower is better. A configuration is on the Pareto front of its (task, model) when "
+               "no other configuration of that task and model has lower-or-equal held-out loss and worst-case "
+               "AUC with one strictly lower.")
+    plot = pts.assign(world=pts["task"] + " | " + pts["model"])
+    base = alt.Chart(plot).encode(
+        x=alt.X("held-out loss:Q", scale=alt.Scale(zero=False)),
+        y=alt.Y("worst-case AUC:Q", scale=alt.Scale(zero=False)),
+        tooltip=["task", "model", "defense", "params", "held-out loss", "worst-case AUC"])
+    chart = base.mark_point(size=90, filled=True).encode(
+        color=alt.Color("Pareto front:N", scale=alt.Scale(domain=[True, False], range=["#d62728", "#888888"])),
+        shape=alt.Shape("world:N", title="task | model"))
+    front = base.transform_filter(alt.datum["Pareto front"]).mark_line(color="#d62728").encode(detail="world:N")
+    st.altair_chart(chart + front, width="stretch")
+    st.dataframe(pts, hide_index=True, width="stretch", key="pu_table")
+    _downloads(pts, "privacy_utility", "dl_pu")
+
+
+def view_roc(table: pd.DataFrame, metrics: pd.DataFrame, engine, games: list[str]) -> None:
+    st.subheader("ROC curves (log–log)")
+    cfg = _config_picker(table, "roc_config")
+    if cfg is None:
+        return
+    rows = _rows_of(metrics, cfg)
+    game = st.selectbox("game", [g for g in games if g in set(rows["game"])], key="roc_game")
+    evs = rows[(rows["game"] == game)][["evaluation_id", "attack", "seed"]].drop_duplicates()
+    attacks = st.multiselect("attacks (empty = all)", sorted(evs["attack"].unique()), key="roc_attacks")
+    if attacks:
+        evs = evs[evs["attack"].isin(attacks)]
+    roc = roc_points(scores_frame(engine, evs["evaluation_id"].tolist())).merge(evs, on="evaluation_id")
+    if roc.empty:
+        st.info("no stored per-sample scores with both members and non-members for this selection")
+        return
+    roc["curve"] = roc["attack"] + " (seed " + roc["seed"].astype(str) + ")"
+    shown = roc[["attack", "seed", "evaluation_id", "fpr", "tpr", "threshold"]].reset_index(drop=True)
+    pos = roc[(roc["fpr"] > 0) & (roc["tpr"] > 0)]
+    st.caption("From the stored per-sample scores (sklearn roc_curve, higher score = member). Log–log axes "
+               "show the low-FPR regime; points with FPR = 0 or TPR = 0 cannot be drawn on log axes. "
+               "Dashed: chance (TPR = FPR).")
+    lo = float(pos["fpr"].min()) if not pos.empty else 1e-3
+    chance = pd.DataFrame({"fpr": [lo, 1.0], "tpr": [lo, 1.0]})
+    curves = alt.Chart(pos).mark_line(interpolate="step-after").encode(
+        x=alt.X("fpr:Q", scale=alt.Scale(type="log"), title="false positive rate"),
+        y=alt.Y("tpr:Q", scale=alt.Scale(type="log"), title="true positive rate"),
+        color=alt.Color("curve:N", title="attack (seed)"), tooltip=["curve", "fpr", "tpr"])
+    diag = alt.Chart(chance).mark_line(strokeDash=[4, 4], color="gray").encode(x="fpr:Q", y="tpr:Q")
+    st.altair_chart(curves + diag, width="stretch")
+    stored = rows[(rows["metric"] == "auc")][["evaluation_id", "value"]].rename(columns={"value": "stored AUC"})
+    summary = (evs.merge(roc_summary(roc), on="evaluation_id").merge(stored, on="evaluation_id", how="left")
+               .sort_values(["attack", "seed"]).reset_index(drop=True))
+    st.caption("Per curve: AUC and TPR at 1% FPR recomputed from the ROC points, next to the stored AUC.")
+    st.dataframe(summary, hide_index=True, width="stretch", key="roc_summary")
+    _downloads(summary, "roc_summary", "dl_roc_summary")
+    st.caption("ROC points.")
+    st.dataframe(shown, hide_index=True, width="stretch", key="roc_table")
+    _downloads(shown, "roc_points", "dl_roc")
+
+
+def view_breakdown(table: pd.DataFrame, metrics: pd.DataFrame) -> None:
+    st.subheader("Per-attack breakdown")
+    cfg = _config_picker(table, "bd_config")
+    if cfg is None:
+        return
+    shown = attack_breakdown(_rows_of(metrics, cfg))
+    st.caption("Every stored metric of this configuration per game and attack: mean, sd and n over seeds, "
+               "the envelope of the per-seed CIs, and flags (e.g. an FPR below the resolution 1/n_neg).")
+    st.dataframe(shown, hide_index=True, width="stretch", key="bd_table")
+    _downloads(shown, "per_attack", "dl_bd")
+
+
+def view_provenance(runs: pd.DataFrame) -> None:
+    st.subheader("Run provenance")
+    st.caption("Every run: the command and code version that produced it, its config hash, plugin versions, "
+               "seeds, hardware, durations, who submitted it and whether CI verified it ('—' = not recorded).")
+    shown = runs.drop(columns=["config"]).reset_index(drop=True)
+    st.dataframe(shown, hide_index=True, width="stretch", key="prov_table")
+    _downloads(shown, "provenance", "dl_prov")
+    run_id = st.selectbox("full config of run", runs["run"].tolist(), key="prov_run")
+    cfg = runs.loc[runs["run"] == run_id, "config"].iloc[0]
+    try:
+        cfg = json.dumps(json.loads(cfg), indent=2, sort_keys=True)
+    except (TypeError, ValueError):
+        cfg = str(cfg)
+    st.code(cfg, language="json")
+
+
 def main() -> None:
     st.set_page_config(page_title="privbench leaderboard", layout="wide")
     st.title("privbench leaderboard")
-    st.caption("Worst-case attack per game (higher AUC = more leakage; 0.5 = chance). "
-               "The null game is a control and must stay near 0.5.")
+    db = _db_arg()
     try:
-        engine = read_only_engine(_db_arg())
-        metrics, utility = metric_frame(engine), utility_frame(engine)
-    except Exception as exc:  # the page must render something useful on a broken or missing database
+        data = _load(db)
+    except LeaderboardError as exc:
         st.error(f"cannot read the results database: {exc}")
         return
-    if metrics.empty:
-        st.info("no complete runs yet: run `privbench run --suite quick`")
+    except Exception as exc:  # the page must say what is wrong, never show a traceback
+        first = (str(getattr(exc, "orig", exc)).strip().splitlines() or [type(exc).__name__])[0]
+        st.error(f"cannot read the results database ({first}): pass a privbench results database with "
+                 "`-- --db PATH`")
         return
-    tasks = sorted(metrics.task.unique())
-    models = sorted(metrics.model.unique())
-    col1, col2 = st.columns(2)
-    task = col1.selectbox("task", tasks)
-    model = col2.selectbox("model", models)
-    m = metrics[(metrics.task == task) & (metrics.model == model)]
-    u = utility[(utility.task == task) & (utility.model == model)] if not utility.empty else utility
-    st.subheader("defenses")
-    st.dataframe(leaderboard(m, u), hide_index=True, width="stretch")
-    st.subheader("per-attack breakdown")
-    defense = st.selectbox("defense", sorted(m.defense.unique()))
-    game = st.selectbox("game", sorted(m.game.unique()))
-    sel = m[(m.defense == defense) & (m.game == game)]
-    st.dataframe(sel.pivot_table(index="attack", columns="metric", values="value", aggfunc="mean").reset_index(),
-                 hide_index=True, width="stretch")
-    st.subheader("provenance")
-    st.dataframe(m[["run", "suite", "code_version", "command"]].drop_duplicates(), hide_index=True,
-                 width="stretch")
+    st.text(f"database: {db} (read-only)")
+    if data["metrics"].empty:
+        st.info("the results database holds no complete runs yet: run `privbench run --suite quick`")
+        return
+    f = _filters(data["metrics"])
+    metrics = _apply(data["metrics"], f)
+    games = f["game"] or _games(data["metrics"])
+    games = [g for g in games if g in set(metrics["game"])]
+    table = _eps_filter(leaderboard_table(metrics, data["utility"], data["guarantees"], games=games,
+                                          baseline=f["baseline"]), f)
+    families = sorted(set(metrics["family"]))
+    st.text(f"{len(table)} defense configuration(s) match · games: {', '.join(games) or '—'} · "
+            f"attack families: {', '.join(families) or '—'}")
+    view = st.radio("view", VIEWS, horizontal=True, key="view", label_visibility="collapsed")
+    if view == "Leaderboard":
+        view_leaderboard(table, f)
+    elif view == "Privacy–utility":
+        view_privacy_utility(table, games)
+    elif view == "ROC curves":
+        view_roc(table, metrics, data["engine"], games)
+    elif view == "Per-attack breakdown":
+        view_breakdown(table, metrics)
+    else:
+        view_provenance(data["runs"])
+    data["engine"].dispose()
 
 
 main()

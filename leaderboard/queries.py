@@ -1,64 +1,208 @@
-"""Read-only queries for the leaderboard. Never imports plugin code; opens SQLite read-only."""
+"""Read-only queries for the leaderboard.
+
+Only SQL through SQLAlchemy Core and pandas: this module never imports plugin code (attacks/, defenses/,
+tasks/, bench.registry, bench.runner), so opening the leaderboard can never execute a plugin. SQLite files
+are opened with the URI ``mode=ro``, so the page cannot write to the results database even by mistake.
+"""
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
+from urllib.parse import quote
 
+import numpy as np
 import pandas as pd
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import Engine
+from sklearn.metrics import roc_curve
+from sqlalchemy import create_engine, inspect, text
+from sqlalchemy.engine import Engine, make_url
+
+__all__ = ["LeaderboardError", "REQUIRED_TABLES", "read_only_engine", "check_schema", "run_columns",
+           "evaluation_frame", "metric_frame", "utility_frame", "guarantee_frame", "run_frame",
+           "scores_frame", "roc_points", "roc_summary", "attack_family"]
+
+REQUIRED_TABLES = ("runs", "evaluations", "metrics", "scores", "utility", "guarantees")
+# Optional provenance columns: the first name present in the runs table is read, else "—" is shown.
+SUBMITTER_COLUMNS = ("submitter", "submitted_by")
+VERIFIED_COLUMNS = ("verified", "verified_ci")
+
+
+class LeaderboardError(Exception):
+    """A results database the page cannot show; the message names the problem and the fix."""
 
 
 def read_only_engine(db: str) -> Engine:
-    """Open a SQLite file read-only (URI mode=ro) or any other SQLAlchemy URL as given."""
+    """Open a SQLite file read-only (URI ``mode=ro``); other SQLAlchemy URLs as given (PostgreSQL with
+    read-only transactions). The page only ever issues SELECTs."""
+    if "://" in db:
+        try:
+            url = make_url(db)
+        except Exception:
+            raise LeaderboardError(f"malformed database URL {db!r}: pass a file path or a SQLAlchemy URL") from None
+        if url.get_backend_name() == "sqlite" and url.database and not url.database.startswith("file:") \
+                and url.database != ":memory:":
+            db = url.database  # a SQLite file given as a URL is opened read-only like a path
     if "://" not in db:
-        path = Path(db).resolve()
+        path = Path(db).expanduser().resolve()
         if not path.is_file():
-            raise FileNotFoundError(f"no results database at {path}: run `privbench run --suite quick` first")
-        return create_engine(f"sqlite:///file:{path}?mode=ro&uri=true")
-    return create_engine(db)
+            raise LeaderboardError(f"no results database at {path}: run `privbench run --suite quick` first, "
+                                   "or pass `-- --db PATH` to streamlit")
+        uri = f"file:{quote(str(path), safe='/')}?mode=ro"  # percent-encoded: any file name works
+        return create_engine("sqlite://", creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False))
+    url = make_url(db)
+    if url.get_backend_name() == "postgresql":  # read-only transactions on the server side too
+        return create_engine(url, execution_options={"postgresql_readonly": True})
+    return create_engine(url)
 
+
+def check_schema(engine: Engine) -> None:
+    """Raise LeaderboardError unless every table the page reads exists."""
+    try:
+        names = set(inspect(engine).get_table_names())
+    except Exception as exc:  # a file that is not SQLite, a refused connection, ...
+        first = str(getattr(exc, "orig", exc)).strip().splitlines()
+        raise LeaderboardError(f"cannot open the results database ({first[0] if first else type(exc).__name__}): "
+                               "pass a privbench results database written by `privbench run`") from None
+    missing = [t for t in REQUIRED_TABLES if t not in names]
+    if missing:
+        raise LeaderboardError(f"not a privbench results database (missing tables: {', '.join(missing)}): "
+                               "pass a database written by `privbench run`")
+
+
+def run_columns(engine: Engine) -> dict[str, str | None]:
+    """Which optional provenance columns the runs table has: {"submitter": col or None, "verified": ...}."""
+    cols = {c["name"] for c in inspect(engine).get_columns("runs")}
+    return {"submitter": next((c for c in SUBMITTER_COLUMNS if c in cols), None),
+            "verified": next((c for c in VERIFIED_COLUMNS if c in cols), None)}
+
+
+def _read(engine: Engine, sql: str, **params) -> pd.DataFrame:
+    with engine.connect() as conn:
+        return pd.read_sql(text(sql), conn, params=params or None)
+
+
+EVALUATIONS_SQL = """
+SELECT e.id AS evaluation_id, r.id AS run, r.suite, r.code_version, r.command, e.task, e.model, e.defense,
+       e.defense_params_json AS params, e.seed, e.game, e.attack, e.attack_params_json AS attack_params,
+       e.world_key, e.duration_s
+FROM evaluations e JOIN runs r ON e.run_id = r.id
+WHERE r.status = 'complete'
+"""
 
 METRICS_SQL = """
-SELECT r.id AS run, r.suite, r.code_version, r.command, e.task, e.model, e.defense, e.seed, e.game, e.attack,
-       m.metric, m.value, m.ci_low, m.ci_high, m.n_pos, m.n_neg, m.flag
+SELECT m.evaluation_id, m.metric, m.value, m.ci_low, m.ci_high, m.n_pos, m.n_neg, m.flag
 FROM metrics m JOIN evaluations e ON m.evaluation_id = e.id JOIN runs r ON e.run_id = r.id
 WHERE r.status = 'complete'
 """
 
 UTILITY_SQL = """
-SELECT u.run_id AS run, u.task, u.model, u.defense, u.seed, u.role, u.metric, u.value
+SELECT u.run_id AS run, u.task, u.model, u.defense, u.seed, u.role, u.dataset, u.metric, u.value
 FROM utility u JOIN runs r ON u.run_id = r.id WHERE r.status = 'complete'
 """
 
+GUARANTEES_SQL = """
+SELECT g.run_id AS run, g.task, g.model, g.defense, g.seed, g.name, g.value, g.details_json AS details
+FROM guarantees g JOIN runs r ON g.run_id = r.id WHERE r.status = 'complete'
+"""
+
+SCORES_SQL = """
+SELECT s.evaluation_id, s.target_id, s.label, s.score FROM scores s
+WHERE s.evaluation_id IN ({ids}) ORDER BY s.evaluation_id, s.id
+"""
+
+
+def attack_family(metric_names: set[str]) -> str:
+    """The attack family of an evaluation, from the metrics it stored (no plugin import needed).
+
+    Exposure and extraction evaluations also store AUC, so their own metrics take precedence.
+    """
+    if any(m.startswith("exposure_") for m in metric_names):
+        return "exposure"
+    if any(m.startswith(("extractable_", "pii_", "tte_")) for m in metric_names):
+        return "extraction"
+    if "auc" in metric_names:
+        return "membership"
+    return "other"
+
+
+def evaluation_frame(engine: Engine) -> pd.DataFrame:
+    """Evaluations of complete runs, with the attack family derived from their metrics."""
+    ev = _read(engine, EVALUATIONS_SQL)
+    names = _read(engine, "SELECT evaluation_id, metric FROM metrics")
+    fam = names.groupby("evaluation_id")["metric"].agg(lambda s: attack_family(set(s)))
+    ev["family"] = ev["evaluation_id"].map(fam).fillna("other")
+    return ev
+
 
 def metric_frame(engine: Engine) -> pd.DataFrame:
-    with engine.connect() as conn:
-        return pd.read_sql(text(METRICS_SQL), conn)
+    """One row per stored metric of a complete run, joined with its evaluation."""
+    ev = evaluation_frame(engine)
+    return ev.merge(_read(engine, METRICS_SQL), on="evaluation_id")
 
 
 def utility_frame(engine: Engine) -> pd.DataFrame:
-    with engine.connect() as conn:
-        return pd.read_sql(text(UTILITY_SQL), conn)
+    return _read(engine, UTILITY_SQL)
 
 
-def leaderboard(metrics: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
-    """One row per (task, model, defense): worst-case attack AUC and TPR@1%FPR per game, mean over seeds."""
-    if metrics.empty:
-        return pd.DataFrame()
-    keys = ["task", "model", "defense"]
-    auc = metrics[metrics.metric == "auc"]
-    per_seed = auc.groupby(keys + ["game", "seed"])["value"].max().reset_index()
-    worst = per_seed.groupby(keys + ["game"])["value"].mean().unstack("game")
-    worst.columns = [f"max AUC {g}" for g in worst.columns]
-    tpr = metrics[metrics.metric == "tpr@1%fpr"]
-    tpr_worst = (tpr.groupby(keys + ["game", "seed"])["value"].max().groupby(keys + ["game"]).mean()
-                 .unstack("game"))
-    tpr_worst.columns = [f"max TPR@1%FPR {g}" for g in tpr_worst.columns]
-    out = worst.join(tpr_worst)
-    if not utility.empty:
-        adapted = utility[(utility.role == "adapted")]
-        util = adapted.pivot_table(index=keys, columns="metric", values="value", aggfunc="mean")
-        util.columns = [f"heldout {c}" for c in util.columns]
-        out = out.join(util)
-    return out.reset_index()
+def guarantee_frame(engine: Engine) -> pd.DataFrame:
+    """Formal guarantees, read generically as (name, value); NULL values become NaN."""
+    g = _read(engine, GUARANTEES_SQL)
+    g["value"] = pd.to_numeric(g["value"], errors="coerce")
+    return g
+
+
+def run_frame(engine: Engine) -> pd.DataFrame:
+    """Provenance of every run; submitter/verified read when the columns exist, else "—"."""
+    cols = run_columns(engine)
+    sub = f"r.{cols['submitter']}" if cols["submitter"] else "NULL"
+    ver = f"r.{cols['verified']}" if cols["verified"] else "NULL"
+    runs = _read(engine, f"""
+        SELECT r.id AS run, r.suite, r.status, r.command, r.code_version, r.config_hash, r.run_key,
+               r.seeds_json AS seeds, r.plugin_versions_json AS plugin_versions, r.hardware_json AS hardware,
+               r.started_at, r.finished_at, r.duration_s, {sub} AS submitter, {ver} AS verified,
+               r.config_json AS config, r.error,
+               (SELECT COUNT(*) FROM evaluations e WHERE e.run_id = r.id) AS n_evaluations,
+               (SELECT COALESCE(SUM(e.duration_s), 0) FROM evaluations e WHERE e.run_id = r.id) AS attack_seconds
+        FROM runs r ORDER BY r.id""")
+    runs["submitter"] = runs["submitter"].map(lambda v: "—" if v is None or (isinstance(v, float) and np.isnan(v))
+                                              else str(v))
+    runs["verified"] = runs["verified"].map(lambda v: "—" if v is None or (isinstance(v, float) and np.isnan(v))
+                                            else ("yes" if bool(v) else "no"))
+    return runs
+
+
+def scores_frame(engine: Engine, evaluation_ids: list[int]) -> pd.DataFrame:
+    """Per-sample (label, score) of the given evaluations: the source of truth for ROC curves."""
+    ids = [int(i) for i in evaluation_ids]
+    if not ids:
+        return pd.DataFrame(columns=["evaluation_id", "target_id", "label", "score"])
+    return _read(engine, SCORES_SQL.format(ids=", ".join(str(i) for i in ids)))
+
+
+def roc_points(scores: pd.DataFrame) -> pd.DataFrame:
+    """ROC curve of each evaluation from its per-sample scores (sklearn.metrics.roc_curve, higher = member).
+
+    Returns evaluation_id, fpr, tpr, threshold; evaluations with only one class are skipped (no ROC).
+    """
+    parts = []
+    for eid, grp in scores.groupby("evaluation_id", sort=True):
+        y = grp["label"].to_numpy(dtype=int)
+        if y.min() == y.max():
+            continue
+        fpr, tpr, thr = roc_curve(y, grp["score"].to_numpy(dtype=float), drop_intermediate=False)
+        parts.append(pd.DataFrame({"evaluation_id": int(eid), "fpr": fpr, "tpr": tpr, "threshold": thr}))
+    if not parts:
+        return pd.DataFrame(columns=["evaluation_id", "fpr", "tpr", "threshold"])
+    return pd.concat(parts, ignore_index=True)
+
+
+def roc_summary(roc: pd.DataFrame, fpr_target: float = 0.01) -> pd.DataFrame:
+    """Per evaluation, from its ROC points: AUC (trapezoid rule, equal to the Mann–Whitney AUC with ties
+    counted one half) and TPR at ``fpr_target`` as the largest TPR whose FPR ≤ target (DESIGN.md convention)."""
+    rows = []
+    for eid, g in roc.groupby("evaluation_id", sort=True):
+        fpr, tpr = g["fpr"].to_numpy(dtype=float), g["tpr"].to_numpy(dtype=float)
+        ok = fpr <= fpr_target + 1e-12
+        rows.append({"evaluation_id": int(eid), "AUC (from ROC)": float(np.trapezoid(tpr, fpr)),
+                     f"TPR@{fpr_target:g}FPR (from ROC)": float(tpr[ok].max()) if ok.any() else 0.0})
+    return pd.DataFrame(rows, columns=["evaluation_id", "AUC (from ROC)", f"TPR@{fpr_target:g}FPR (from ROC)"])
