@@ -178,6 +178,88 @@ def show(
         typer.echo(format_rows(rows, fmt))
 
 
+# ---------------------------------------------------------------------- submitting plugins and the regression gate
+
+class CheckFailed(PrivbenchError):
+    """A check ran and found problems (validate, compare): exit status 1."""
+
+    exit_code = 1
+
+
+PLUGIN_HELP = "A plugin file (path/to/plugin.py) or the entry-point name of an installed plugin package."
+
+
+def _limits(timeout: float, memory_gb: float):
+    from bench.sandbox import Limits
+    if timeout <= 0 or memory_gb <= 0:
+        raise PrivbenchError(f"--timeout {timeout:g} and --memory {memory_gb:g} must be positive: e.g. --timeout "
+                             f"3600 --memory 16")
+    return Limits(wall_s=float(timeout), memory_bytes=int(memory_gb * (1 << 30)))
+
+
+@app.command()
+def validate(
+    plugin: str = typer.Argument(..., metavar="PATH_OR_ENTRYPOINT", help=PLUGIN_HELP),
+    cache: Optional[str] = typer.Option(None, "--cache", help="Artifact cache dir (default $PRIVBENCH_CACHE)."),
+    timeout: float = typer.Option(900, "--timeout", help="Wall-clock limit in seconds for the sandboxed check."),
+    memory: float = typer.Option(16, "--memory", help="Memory (address-space) limit in GiB."),
+) -> None:
+    """Check a plugin before submitting: registration, parameters, and a run on a tiny smoke world (sandboxed)."""
+    from bench.validate import validate as run_validate
+    checks = run_validate(plugin, cache=cache, limits=_limits(timeout, memory))
+    for c in checks:
+        typer.echo(c.line())
+    failed = [c for c in checks if not c.ok]
+    if failed:
+        raise CheckFailed(f"{len(failed)} of {len(checks)} checks failed ({', '.join(c.name for c in failed)}): "
+                          f"fix them, then run `privbench validate {plugin}` again")
+    typer.echo(f"all {len(checks)} checks passed: submit with `privbench submit {plugin}`")
+
+
+@app.command()
+def submit(
+    plugin: str = typer.Argument(..., metavar="PATH_OR_ENTRYPOINT", help=PLUGIN_HELP),
+    suite: str = typer.Option("smoke", "--suite", "-s", help="Suite to score the plugin on (bundled name or YAML)."),
+    db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),
+    submitter: Optional[str] = typer.Option(None, "--submitter", help="Your name or handle, shown on the "
+                                                                        "leaderboard."),
+    cache: Optional[str] = typer.Option(None, "--cache", help="Artifact cache dir (default $PRIVBENCH_CACHE)."),
+    extend: bool = typer.Option(False, "--extend/--replace", help="Keep the suite's own defenses (attacks) next "
+                                                                  "to the plugin instead of replacing them."),
+    timeout: float = typer.Option(3600, "--timeout", help="Wall-clock limit in seconds; the plugin is killed "
+                                                          "after it."),
+    memory: float = typer.Option(16, "--memory", help="Memory (address-space) limit in GiB."),
+) -> None:
+    """Score a plugin on a suite in a sandboxed process (limits, no network) and store it as one run."""
+    from bench.submit import submit as run_submit
+    res = run_submit(plugin, suite=suite, db=db, cache=cache, submitter=submitter, extend=extend,
+                     limits=_limits(timeout, memory), log=lambda m: typer.echo(f"[privbench] {m}", err=True))
+    if res.status == "failed":
+        from bench.errors import PluginError
+        raise PluginError(f"submission of '{res.plugin}' failed and is recorded as run {res.run_id}: {res.error}")
+    what = "already scored (unchanged plugin): nothing to do" if res.status == "unchanged" else "scored"
+    typer.echo(f"run {res.run_id}: '{res.plugin}' {what}; see `privbench show {res.run_id}` or "
+               f"`streamlit run leaderboard/app.py`")
+
+
+@app.command()
+def compare(
+    baseline: str = typer.Option(..., "--baseline", help="Baseline results database (e.g. tests/baselines/smoke.db)."),
+    db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),
+    suite: str = typer.Option("smoke", "--suite", "-s", help="Compare the latest complete run of this suite."),
+    tolerance: float = typer.Option(0.05, "--tolerance", help="AUC slack added to each side of the baseline CI."),
+    utility_tolerance: float = typer.Option(0.10, "--utility-tolerance", help="Relative slack for utility values."),
+) -> None:
+    """Regression gate: fail when a built-in attack's AUC or a built-in defense's utility drifts from a baseline."""
+    from bench.compare import compare as run_compare
+    from bench.compare import format_comparison
+    result = run_compare(baseline, db, suite=suite, tolerance=tolerance, utility_tolerance=utility_tolerance)
+    typer.echo(format_comparison(result))
+    if not result.ok:
+        raise CheckFailed(f"{len(result.offenders)} cells drifted from the baseline (table above): find the change "
+                          f"that moved them, or regenerate the baseline as tests/baselines/README.md says")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors and non-zero exit codes for everything a user can get wrong."""
     from bench.device import tune_allocator

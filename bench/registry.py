@@ -51,7 +51,12 @@ class Registry(Generic[T]):
             cls.name = name
             cls.kind = self.kind
             self._classes[name] = cls
-            self._origin.setdefault(name, origin)
+            if origin != "builtin":  # an entry point names its distribution, even if a decorator registered it first
+                self._origin[name] = origin
+            elif cls.__module__ not in BUILTIN_MODULES.get(self.kind, ()):  # a decorated plugin outside privbench
+                self._origin.setdefault(name, f"module {cls.__module__}")
+            else:
+                self._origin.setdefault(name, origin)
             return cls
         return decorator
 

@@ -599,6 +599,13 @@ class Store:
             run.finished_at = _utcnow()
             run.duration_s = None if duration_s is None else float(duration_s)
 
+    def mark_submission(self, run_id: int, *, submitter: str | None, verified: bool) -> None:
+        """Record who submitted a plugin run and whether it ran in CI (``privbench submit``)."""
+        with self._write("mark a submission") as s:
+            run = self._require_run(s, run_id)
+            run.submitted_by = submitter
+            run.verified_ci = bool(verified)
+
     def resolve_run(self, ref: str | int | None) -> int:
         """Turn a user's run reference into a run id.
 

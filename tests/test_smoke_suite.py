@@ -125,3 +125,15 @@ def test_show_formats(smoke):
     assert lines[0].startswith("run,") and len(lines) == len(smoke["rows"]) + 1
     table = privbench("show", "--db", smoke["db"], env=smoke["env"], cwd=smoke["root"])
     assert table.returncode == 0 and "joint/fresh" in table.stdout
+
+
+# ---- regression gate (bench/compare.py): this module's smoke run against the shipped baseline --------------
+
+def test_smoke_matches_the_baseline(smoke):
+    """`privbench compare --baseline tests/baselines/smoke.db` passes on a fresh smoke run (see its README)."""
+    baseline = Path(__file__).parent / "baselines" / "smoke.db"
+    proc = privbench("compare", "--baseline", str(baseline), "--db", smoke["db"], "--suite", "smoke",
+                     env=smoke["env"], cwd=smoke["root"])
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
+    # 2 defenses x 7 games x 5 attacks = 70 AUC cells, plus loss and next-token accuracy of 4 released models
+    assert "no regressions" in proc.stdout and "compared 78 cells" in proc.stdout

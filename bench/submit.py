@@ -1,0 +1,308 @@
+"""`privbench submit`: score a researcher's plugin on a standard suite, sandboxed, and store it as one run.
+
+The parent process (this module's :func:`submit`) never imports the plugin. It
+hashes the plugin's code, derives a content key for the submission (suite config
++ privbench code version + plugin code hash), and returns at once if that run is
+already complete. Otherwise it starts a child (``python -m bench.submit --child``)
+under :mod:`bench.sandbox` limits. The child installs the audit hook, imports the
+plugin, runs the suite with the suite's defenses replaced by the submitted one
+(or its attacks, for an attack) into a scratch SQLite file inside the sandbox,
+and writes its rows as JSON there. The parent, the single writer of the results
+database, validates those rows (shapes, finiteness, labels, AUC recomputed from
+the scores) and stores them; a plugin that crashes, hangs, exceeds a limit or
+breaks the sandbox leaves exactly one row: a failed run carrying the error.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.errors import PluginError, PrivbenchError
+from bench.hashing import code_version, content_hash
+from bench.plugin_ref import PluginRef, resolve_plugin
+from bench.sandbox import FAILURE_EXIT, MEMORY_EXIT, Limits, run_sandboxed
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+RESULT_FILE = "result.json"
+# modules privbench or its libraries import lazily mid-run; some probe sockets or run programs on import
+TRUSTED_PRELOAD = ("torch", "transformers", "urllib3", "requests", "accelerate", "peft", "opacus", "sklearn.metrics",
+                   "scipy.stats", "transformers.integrations.accelerate", "transformers.modeling_utils",
+                   "transformers.trainer_utils", "transformers.models.llama.modeling_llama",
+                   "transformers.models.gpt_neox.modeling_gpt_neox", "transformers.models.gpt2.modeling_gpt2",
+                   "tokenizers", "bench.runner", "bench.metrics", "bench.training")
+VIOLATION_FILE = "violation.json"
+
+
+@dataclass
+class SubmitResult:
+    run_id: int
+    status: str           # complete, failed, or unchanged (an identical submission was already complete)
+    error: str | None
+    plugin: str
+    run_key: str
+    seconds: float
+    isolation: str | None = None
+
+
+def submission_key(suite_config: dict, plugin: PluginRef, extend: bool) -> str:
+    """Content key of a submission: what is run (suite, privbench code) and what is scored (plugin code)."""
+    return content_hash("submission", suite_config, code_version(), plugin.code_hash, bool(extend))
+
+
+def _find_run(store, run_key: str) -> dict | None:
+    from bench.errors import StoreError
+    try:
+        run_id = store.resolve_run(run_key)
+    except StoreError:
+        return None
+    info = store.run_info(run_id)
+    return info if info["run_key"] == run_key else None
+
+
+def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", cache: str | None = None,
+           submitter: str | None = None, limits: Limits = Limits(), extend: bool = False,
+           sandbox_dir: str | None = None, keep_sandbox: bool = False, log=None) -> SubmitResult:
+    """Run the plugin ``ref`` (a .py file or an entry-point name) on ``suite`` in a sandbox; store one run."""
+    from bench.cache import ArtifactCache
+    from bench.store import Store
+    from bench.suite import load_suite
+
+    log = log or (lambda msg: None)
+    t0 = time.perf_counter()
+    plugin = resolve_plugin(ref)
+    base = load_suite(suite)
+    run_key = submission_key(base.config, plugin, extend)
+    store = Store(db, create=True)
+    verified = os.environ.get("CI", "").lower() == "true"
+    previous = _find_run(store, run_key)
+    if previous is not None and previous["status"] == "complete":
+        log(f"run {previous['id']}: plugin '{plugin.label}' (code {plugin.code_hash}) is already scored on suite "
+            f"'{base.name}': nothing to do")
+        return SubmitResult(previous["id"], "unchanged", None, plugin.label, run_key, time.perf_counter() - t0)
+    cache_root = ArtifactCache(cache).root.resolve()
+    box = Path(sandbox_dir).resolve() if sandbox_dir else Path(tempfile.mkdtemp(prefix="privbench-submit-"))
+    box.mkdir(parents=True, exist_ok=True)
+    spec = {"plugin": plugin.to_dict(), "suite_raw": base.raw, "suite_path": base.path, "extend": extend,
+            "run_key": run_key, "cache": str(cache_root), "sandbox": str(box)}
+    (box / "spec.json").write_text(json.dumps(spec, default=str))
+    env = dict(os.environ, PRIVBENCH_CACHE=str(cache_root),
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
+                   os.pathsep) if p]))
+    log(f"plugin '{plugin.label}' (code {plugin.code_hash}) on suite '{base.name}' in sandbox {box} "
+        f"({limits.describe()})")
+    res = run_sandboxed([sys.executable, "-m", "bench.submit", "--child", str(box / "spec.json")], sandbox=box,
+                        limits=limits, env=env, violation_file=box / VIOLATION_FILE)
+    error = res.failure()
+    payload: dict[str, Any] | None = None
+    if error is None:
+        try:
+            payload = json.loads((box / RESULT_FILE).read_text())
+            if not isinstance(payload, dict):
+                raise ValueError("not a JSON object")
+        except (OSError, ValueError) as exc:
+            error = f"the plugin run left no readable result ({type(exc).__name__}: {exc}): see {box}/child.stderr"
+        else:
+            if payload.get("status") != "complete":
+                error = str(payload.get("error") or f"the plugin run failed (exit {res.returncode})")
+                if res.returncode == MEMORY_EXIT:
+                    error = res.failure() or error
+    if error is None:
+        try:
+            rows = validate_rows(payload)
+        except PluginError as exc:
+            error = f"the plugin run returned invalid results: {exc}"
+    provisional = {"submission": plugin.to_dict(), "suite": base.config, "extend": extend}
+    config = dict(payload.get("config") or {}, submission=plugin.to_dict()) if payload and error is None \
+        else provisional
+    versions = dict(payload.get("plugin_versions") or {}) if payload and error is None else {}
+    versions["submission"] = f"{plugin.label}@{plugin.code_hash}"
+    run_id, _ = store.begin_run(run_key=run_key, suite=base.name, config=config, config_hash=content_hash(config),
+                                code_version=code_version(), plugin_versions=versions, seeds=base.seeds,
+                                hardware=(payload or {}).get("hardware") or {},
+                                command=" ".join(["privbench", "submit", ref, "--suite", suite]),
+                                submitted_by=submitter)
+    store.mark_submission(run_id, submitter=submitter, verified=verified)
+    if error is None:
+        try:
+            _store_rows(store, run_id, rows)
+        except PrivbenchError as exc:
+            error = f"the plugin run's results could not be stored: {exc}"
+    status = "failed" if error else "complete"
+    store.finish_run(run_id, status=status, error=error, duration_s=time.perf_counter() - t0)
+    store.close()
+    if not keep_sandbox and status == "complete" and not sandbox_dir:
+        shutil.rmtree(box, ignore_errors=True)
+    log(f"run {run_id} {status}" + (f": {error}" if error else ""))
+    return SubmitResult(run_id, status, error, plugin.label, run_key, time.perf_counter() - t0, res.isolation)
+
+
+# --------------------------------------------------------------------------------- validating child rows
+
+def _need(cond: bool, msg: str) -> None:
+    if not cond:
+        raise PluginError(msg)
+
+
+def validate_rows(payload: dict) -> dict:
+    """Check the child's rows before anything touches the database; recompute each AUC from its scores."""
+    from bench.metrics import roc_auc
+    evs = payload.get("evaluations")
+    _need(isinstance(evs, list) and evs, "no evaluations: the run produced no scores")
+    text = ("eval_key", "task", "model", "defense", "game", "attack", "world_key")
+    for ev in evs:
+        _need(isinstance(ev, dict), "an evaluation is not a JSON object")
+        for k in text:
+            _need(isinstance(ev.get(k), str) and ev[k], f"an evaluation lacks '{k}'")
+        ids, labels, scores = ev.get("target_ids"), ev.get("labels"), ev.get("scores")
+        _need(all(isinstance(x, list) for x in (ids, labels, scores)) and len(ids) == len(labels) == len(scores)
+              and ids, f"evaluation {ev['eval_key']}: target_ids, labels and scores must be equal-length lists")
+        _need(all(lab in (0, 1) for lab in labels), f"evaluation {ev['eval_key']}: labels must be 0 or 1")
+        _need(all(isinstance(s, (int, float)) and math.isfinite(s) for s in scores),
+              f"evaluation {ev['eval_key']}: every score must be a finite number")
+        metrics = ev.get("metrics")
+        _need(isinstance(metrics, list) and metrics, f"evaluation {ev['eval_key']}: no metric rows")
+        auc = [m for m in metrics if isinstance(m, dict) and m.get("metric") == "auc"]
+        _need(len(auc) == 1, f"evaluation {ev['eval_key']}: expected one AUC row")
+        if 0 < sum(labels) < len(labels):
+            expected = roc_auc(labels, scores)
+            _need(abs(float(auc[0]["value"]) - expected) <= 1e-6,
+                  f"evaluation {ev['eval_key']}: stored AUC {auc[0]['value']} is not the AUC of its scores "
+                  f"({expected:.6f})")
+    for u in payload.get("utility") or []:
+        _need(isinstance(u, dict) and isinstance(u.get("values"), dict), "a utility row is malformed")
+        _need(all(isinstance(v, (int, float)) and math.isfinite(v) for v in u["values"].values()),
+              f"utility of {u.get('defense')}: values must be finite numbers")
+    return {"evaluations": evs, "utility": payload.get("utility") or [], "guarantees": payload.get("guarantees") or []}
+
+
+def _store_rows(store, run_id: int, rows: dict) -> None:
+    for ev in rows["evaluations"]:
+        store.write_evaluation(
+            run_id, ev["eval_key"], task=ev["task"], model=ev["model"], defense=ev["defense"],
+            defense_params=ev.get("defense_params") or {}, seed=ev["seed"], game=ev["game"], attack=ev["attack"],
+            attack_params=ev.get("attack_params") or {}, world_key=ev["world_key"], target_ids=ev["target_ids"],
+            labels=ev["labels"], scores=ev["scores"], metrics=ev["metrics"], duration_s=ev.get("duration_s", 0.0))
+    for u in rows["utility"]:
+        store.write_utility(run_id, content_hash(u["task"], u["model"], u["defense"], u["seed"], u["role"],
+                                                 u["dataset"]),
+                            task=u["task"], model=u["model"], defense=u["defense"], seed=u["seed"], role=u["role"],
+                            dataset=u["dataset"], values=u["values"], n_tokens=u["n_tokens"])
+    for g in rows["guarantees"]:
+        store.write_guarantee(run_id, task=g["task"], model=g["model"], defense=g["defense"], seed=g["seed"],
+                              name=g["name"], value=g["value"], details=g["details"] or {})
+
+
+# --------------------------------------------------------------------------------- the child
+
+def submission_suite(raw: dict, kind: str, name: str, extend: bool) -> dict:
+    """The suite with its defenses (or attacks) replaced, or extended, by the submitted plugin."""
+    raw = dict(raw)
+    key = "defenses" if kind == "defense" else "attacks"
+    raw[key] = (list(raw.get(key) or []) if extend else []) + [{"name": name}]
+    return raw
+
+
+def export_rows(store, run_id: int) -> dict:
+    """Everything a run wrote to the child's scratch store, as plain JSON for the parent."""
+    metrics: dict[tuple, list] = {}
+    for m in store.metric_rows(run_id):
+        k = (m["task"], m["model"], m["defense"], m["seed"], m["game"], m["attack"])
+        metrics.setdefault(k, []).append({f: m[f] for f in ("metric", "value", "ci_low", "ci_high", "n_pos",
+                                                            "n_neg", "flag")})
+    evs = []
+    for e in store.evaluations(run_id):
+        ids, labels, scores = store.scores_for(e["id"])
+        k = (e["task"], e["model"], e["defense"], e["seed"], e["game"], e["attack"])
+        evs.append({**{f: e[f] for f in ("eval_key", "task", "model", "defense", "defense_params", "seed", "game",
+                                         "attack", "attack_params", "world_key", "duration_s")},
+                    "target_ids": ids, "labels": labels, "scores": scores, "metrics": metrics.get(k, [])})
+    util: dict[tuple, dict] = {}
+    for u in store.utility_rows(run_id):
+        k = (u["task"], u["model"], u["defense"], u["seed"], u["role"], u["dataset"])
+        row = util.setdefault(k, {"task": k[0], "model": k[1], "defense": k[2], "seed": k[3], "role": k[4],
+                                  "dataset": k[5], "values": {}, "n_tokens": u["n_tokens"]})
+        row["values"][u["metric"]] = u["value"]
+    guarantees = [{f: g[f] for f in ("task", "model", "defense", "seed", "name", "value", "details")}
+                  for g in store.guarantee_rows(run_id)]
+    return {"evaluations": evs, "utility": list(util.values()), "guarantees": guarantees}
+
+
+def _child(spec_path: str) -> int:
+    """In the sandbox: trusted imports, then the guard, then the plugin; rows go to result.json."""
+    spec = json.loads(Path(spec_path).read_text())
+    box = Path(spec["sandbox"])
+    out = box / RESULT_FILE
+
+    def write(obj: dict) -> None:
+        tmp = box / (RESULT_FILE + ".tmp")
+        tmp.write_text(json.dumps(obj, default=str))
+        os.replace(tmp, out)
+
+    import importlib
+    for mod in TRUSTED_PRELOAD:  # trusted imports happen before the guard: some probe the network on import
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            pass
+
+    from bench.cache import ArtifactCache
+    from bench.plugin_ref import PluginRef, load_plugin
+    from bench.registry import REGISTRIES
+    from bench.runner import Runner, hardware_info
+    from bench.sandbox import install_guard
+    from bench.store import Store
+    from bench.suite import parse_suite
+
+    for reg in REGISTRIES.values():
+        reg.names()
+    hardware = hardware_info()  # platform.processor() runs `uname`: trusted, so before the guard
+    plugin = PluginRef(**spec["plugin"])
+    install_guard([box, spec["cache"]], box / VIOLATION_FILE)
+    try:
+        kind, name, cls = load_plugin(plugin)
+        suite = parse_suite(submission_suite(spec["suite_raw"], kind, name, spec["extend"]), path=spec["suite_path"])
+
+        class SubmissionRunner(Runner):
+            @property
+            def run_key(self) -> str:  # the plugin's code is part of what was run
+                return content_hash(super().run_key, plugin.code_hash)
+
+            def plugin_versions(self) -> dict[str, str]:
+                out = super().plugin_versions()
+                out[f"{kind}:{name}"] = f"{cls.version}+{plugin.code_hash}"
+                return out
+
+        store = Store(f"sqlite:///{box / 'scratch.db'}")
+        runner = SubmissionRunner(suite, store, ArtifactCache(spec["cache"]), quiet=True)
+        result = runner.run()
+        rows = export_rows(store, result.run_id)
+        write({"status": "complete", "config": suite.config, "plugin_versions": runner.plugin_versions(),
+               "plugin": {"kind": kind, "name": name, "version": cls.version}, "hardware": hardware,
+               **rows})
+        return 0
+    except MemoryError:
+        write({"status": "failed", "error": "memory limit exceeded (MemoryError)"})
+        return MEMORY_EXIT
+    except BaseException as exc:  # noqa: BLE001 - every failure of the plugin becomes a failed run
+        if isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc).lower():
+            write({"status": "failed", "error": "memory limit exceeded (a tensor allocation failed)"})
+            return MEMORY_EXIT
+        msg = str(exc) if isinstance(exc, PrivbenchError) else f"the plugin raised {type(exc).__name__}: {exc}"
+        write({"status": "failed", "error": msg.splitlines()[0][:2000] if msg else type(exc).__name__})
+        return FAILURE_EXIT
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--child":
+        sys.stdout.flush()
+        os._exit(_child(sys.argv[2]))
+    raise SystemExit("error: usage: python -m bench.submit --child SPEC.json (use `privbench submit` instead)")

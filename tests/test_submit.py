@@ -1,0 +1,262 @@
+"""`privbench submit`: a plugin runs sandboxed; misbehaving plugins become failed runs and change nothing else.
+
+The fixtures under tests/plugins/ are real plugins: one well-behaved defense and ones that open a network
+connection, write outside the sandbox, loop forever or allocate too much memory. All run on the tiny world
+of tests/plugins/tiny.yaml, pretrained once into the session cache.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.sandbox import VIOLATION_EXIT, Limits, os_isolation_available, run_sandboxed
+from bench.store import Store
+from bench.submit import submit
+
+HERE = Path(__file__).parent
+PLUGINS = HERE / "plugins"
+TINY = str(PLUGINS / "tiny.yaml")
+REPO = HERE.parent
+EXAMPLE = REPO / "examples" / "privbench-example-defense"
+RUN_LIMITS = Limits(wall_s=300, memory_bytes=3 << 30)   # generous: a violation ends the child long before
+
+
+@pytest.fixture(scope="module")
+def scored(cache, tmp_path_factory):
+    """A results DB holding one complete submission of the well-behaved defense (pretrains the tiny world)."""
+    root = tmp_path_factory.mktemp("submit")
+    db = f"sqlite:///{root / 'results.db'}"
+    os.environ.pop("CI", None)
+    res = submit(str(PLUGINS / "good_defense.py"), suite=TINY, db=db, cache=str(cache.root), submitter="alice",
+                 limits=RUN_LIMITS)
+    assert res.status == "complete", res.error
+    return {"db": db, "path": root / "results.db", "result": res, "cache": str(cache.root), "root": root}
+
+
+def snapshot(db: str) -> dict:
+    with Store(db, create=False) as store:
+        return store.count_rows()
+
+
+def leaderboard_rows(path: Path):
+    from leaderboard.queries import leaderboard, metric_frame, read_only_engine, utility_frame
+    engine = read_only_engine(str(path))
+    return leaderboard(metric_frame(engine), utility_frame(engine)).reset_index()
+
+
+def test_good_plugin_is_scored_and_shown(scored):
+    res = scored["result"]
+    with Store(scored["db"], create=False) as store:
+        info = store.run_info(res.run_id)
+        rows = store.metric_rows(res.run_id)
+        util = store.utility_rows(res.run_id)
+    assert info["status"] == "complete" and info["submitted_by"] == "alice" and info["verified_ci"] is False
+    import hashlib
+    code = hashlib.sha256((PLUGINS / "good_defense.py").read_bytes()).hexdigest()[:16]
+    assert info["config"]["submission"]["code_hash"] == code
+    assert any(k.startswith("defense:gentle_finetune") and "+" in v for k, v in info["plugin_versions"].items())
+    assert {(r["defense"], r["game"], r["attack"]) for r in rows if r["metric"] == "auc"} == {
+        ("gentle_finetune", "adapt", "loss"), ("gentle_finetune", "null", "loss")}
+    assert any(u["role"] == "adapted" and u["defense"] == "gentle_finetune" for u in util)
+    board = leaderboard_rows(scored["path"])
+    assert "gentle_finetune" in set(board["defense"])
+
+
+def test_rerun_of_unchanged_plugin_is_a_noop(scored):
+    before = snapshot(scored["db"])
+    res = submit(str(PLUGINS / "good_defense.py"), suite=TINY, db=scored["db"], cache=scored["cache"],
+                 limits=RUN_LIMITS)
+    assert res.status == "unchanged" and res.run_id == scored["result"].run_id
+    assert snapshot(scored["db"]) == before
+
+
+def _submit_bad(scored, name: str, limits: Limits, tmp_path: Path, **env):
+    before = snapshot(scored["db"])
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        res = submit(str(PLUGINS / f"{name}_defense.py"), suite=TINY, db=scored["db"], cache=scored["cache"],
+                     submitter="mallory", limits=limits, sandbox_dir=str(tmp_path / "box"))
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    after = snapshot(scored["db"])
+    assert res.status == "failed"
+    # exactly one new row, the failed run; not one score, metric, utility or guarantee row more
+    assert after == dict(before, runs=before["runs"] + 1), (before, after)
+    with Store(scored["db"], create=False) as store:
+        info = store.run_info(res.run_id)
+    assert info["status"] == "failed" and info["error"] == res.error and info["submitted_by"] == "mallory"
+    board = leaderboard_rows(scored["path"])  # still renders, without the failed plugin
+    assert "gentle_finetune" in set(board["defense"]) and len(board) == 1
+    return res
+
+
+def test_network_access_is_stopped(scored, tmp_path):
+    res = _submit_bad(scored, "net", RUN_LIMITS, tmp_path)
+    assert "network access refused" in res.error and "198.51.100.7" in res.error
+
+
+def test_write_outside_sandbox_is_stopped(scored, tmp_path):
+    target = tmp_path / "outside" / "stolen.txt"
+    target.parent.mkdir()
+    res = _submit_bad(scored, "write", RUN_LIMITS, tmp_path, PRIVBENCH_TEST_ESCAPE=str(target))
+    assert "write outside the sandbox refused" in res.error and str(target) in res.error
+    assert not target.exists()
+
+
+def test_endless_loop_is_killed(scored, tmp_path):
+    res = _submit_bad(scored, "loop", Limits(wall_s=30, memory_bytes=3 << 30), tmp_path)
+    assert "wall-clock limit exceeded" in res.error and "30 s" in res.error
+    assert (tmp_path / "box" / "loop-started").is_file()  # the plugin really ran before it was killed
+
+
+def test_crashing_plugin_is_recorded_with_its_error(scored, tmp_path):
+    res = _submit_bad(scored, "crash", RUN_LIMITS, tmp_path)
+    assert "ZeroDivisionError" in res.error
+
+
+def test_memory_hog_is_stopped(scored, tmp_path):
+    res = _submit_bad(scored, "memory", Limits(wall_s=300, memory_bytes=3 << 30), tmp_path)
+    assert "memory limit exceeded" in res.error
+
+
+# ------------------------------------------------------------------ the guard and limits, without a run
+
+def _guarded(tmp_path: Path, code: str, **kw) -> tuple[subprocess.CompletedProcess, dict | None]:
+    box = tmp_path / "box"
+    box.mkdir(exist_ok=True)
+    script = (f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
+              f"from bench.sandbox import install_guard\n"
+              f"install_guard([{str(box)!r}], {str(box / 'v.json')!r})\n" + code)
+    proc = subprocess.run([sys.executable, "-c", script], cwd=box, capture_output=True, text=True, timeout=60, **kw)
+    report = box / "v.json"
+    return proc, (json.loads(report.read_text()) if report.read_text() else None)
+
+
+@pytest.mark.parametrize("code,words", [
+    ("import socket\ntry:\n    socket.create_connection(('127.0.0.1', 9), timeout=1)\nexcept Exception:\n    pass",
+     "network access refused"),
+    ("import subprocess\nsubprocess.run(['true'])", "process creation refused"),
+    ("import os\nos.system('true')", "process creation refused"),
+    ("open('/tmp/../tmp/privbench-guard-test.txt', 'a').write('x')", "write outside the sandbox refused"),
+    ("import os\nos.rename('inside.txt', '/tmp/privbench-moved.txt')", "filesystem change outside"),
+])
+def test_guard_refuses_and_ends_the_child(tmp_path, code, words):
+    (tmp_path / "box").mkdir()
+    (tmp_path / "box" / "inside.txt").write_text("x")
+    proc, report = _guarded(tmp_path, code + "\nprint('carried on')")
+    assert proc.returncode == VIOLATION_EXIT, proc.stderr
+    assert words in report["message"] and "carried on" not in proc.stdout
+    assert not Path("/tmp/privbench-moved.txt").exists()
+
+
+def test_guard_allows_work_inside_the_sandbox(tmp_path):
+    proc, report = _guarded(tmp_path, "import os, json\nos.makedirs('a/b')\nopen('a/b/f.txt', 'w').write('ok')\n"
+                                      "os.rename('a/b/f.txt', 'a/g.txt')\nos.remove('a/g.txt')\n"
+                                      "print(open(__import__('sys').executable, 'rb').read(4))")
+    assert proc.returncode == 0 and report is None, proc.stderr
+
+
+def test_cpu_limit_kills(tmp_path):
+    res = run_sandboxed([sys.executable, "-c", "while True: pass"], sandbox=tmp_path / "box",
+                        limits=Limits(wall_s=60, cpu_s=2, memory_bytes=2 << 30))
+    assert "CPU time limit exceeded" in res.failure() and res.seconds < 30
+
+
+def test_os_isolation_blocks_network_when_available(tmp_path):
+    if not os_isolation_available():
+        pytest.skip("user namespaces are not available here: only the audit hook guards the network")
+    code = ("import socket\ntry:\n    socket.create_connection(('127.0.0.1', 22), timeout=2)\n"
+            "except OSError as e:\n    print('blocked', e.errno)\nprint(sorted(n for _, n in socket.if_nameindex()))")
+    res = run_sandboxed([sys.executable, "-c", code], sandbox=tmp_path / "box", limits=Limits(wall_s=60))
+    assert res.returncode == 0 and "blocked" in res.stdout and "['lo']" in res.stdout, res.stderr
+    assert res.isolation == "unshare --net"
+
+
+# ------------------------------------------------------------------ the example package, end to end
+
+def test_example_plugin_install_validate_submit(scored, tmp_path):
+    """pip-install the example outside the environment, then validate → submit → leaderboard, via the CLI."""
+    import shutil
+    target, source = tmp_path / "site", tmp_path / "src"
+    shutil.copytree(EXAMPLE, source)  # setuptools builds in the source tree: keep the repository clean
+    pip = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                          "--target", str(target), str(source)], capture_output=True, text=True, timeout=300)
+    assert pip.returncode == 0, pip.stderr[-2000:]
+    # CI=true: a submission made in CI is marked verified
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), str(target)]), PRIVBENCH_CACHE=scored["cache"],
+               CI="true")
+
+    def cli(*args):
+        return subprocess.run([sys.executable, "-m", "bench", *args], env=env, cwd=tmp_path, capture_output=True,
+                              text=True, timeout=600)
+
+    listed = cli("list", "defenses", "--format", "json")
+    (entry,) = [d for d in json.loads(listed.stdout)["defenses"] if d["name"] == "label_smoothing"]
+    assert entry["origin"].startswith("entry point") and entry["version"] == "0.1.0"
+    checked = cli("validate", "label_smoothing", "--timeout", "300", "--memory", "3")
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "ok    tiny world: trains and releases a model" in checked.stdout
+    db = tmp_path / "results.db"
+    sub = cli("submit", "label_smoothing", "--suite", TINY, "--db", str(db), "--submitter", "example",
+              "--timeout", "300", "--memory", "3")
+    assert sub.returncode == 0, sub.stderr[-3000:]
+    board = leaderboard_rows(db)
+    assert "label_smoothing" in set(board["defense"])
+    with Store(str(db), create=False) as store:
+        info = store.run_info(store.resolve_run(None))
+    assert info["submitted_by"] == "example" and info["verified_ci"] is True
+    assert info["plugin_versions"]["defense:label_smoothing"].startswith("0.1.0+")
+    again = cli("submit", "label_smoothing", "--suite", TINY, "--db", str(db), "--timeout", "300")
+    assert again.returncode == 0 and "nothing to do" in again.stdout
+
+
+def _code_blocks_after_markers(text: str) -> dict[str, str]:
+    out, lines = {}, text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.startswith("<!-- example: "):
+            rel = line.split("example: ", 1)[1].split(" -->")[0].strip()
+            assert lines[i + 1].startswith("```")
+            end = next(j for j in range(i + 2, len(lines)) if lines[j].startswith("```"))
+            out[rel] = "".join(lines[i + 2:end])
+    return out
+
+
+def test_guide_shows_the_example_verbatim():
+    blocks = _code_blocks_after_markers((REPO / "docs" / "submitting.md").read_text())
+    assert set(blocks) == {"examples/privbench-example-defense/privbench_example_defense/label_smoothing.py",
+                           "examples/privbench-example-defense/pyproject.toml"}
+    for rel, code in blocks.items():
+        assert code == (REPO / rel).read_text(), f"docs/submitting.md and {rel} disagree: copy the file into the guide"
+
+
+def test_label_smoothing_loss_matches_its_formula():
+    """The example's loss is cross-entropy against q'(k) = (1-eps) 1[k=y] + eps/K, computed independently."""
+    import torch
+    import torch.nn.functional as F
+    torch.manual_seed(0)
+    logits, y, eps = torch.randn(5, 7), torch.randint(0, 7, (5,)), 0.2
+    q = torch.full((5, 7), eps / 7)
+    q[torch.arange(5), y] += 1 - eps
+    expected = -(q * torch.log_softmax(logits, -1)).sum(-1).mean()
+    assert torch.allclose(F.cross_entropy(logits, y, label_smoothing=eps), expected, atol=1e-6)
+
+
+def test_submit_cli_one_line_errors(tmp_path, capsys):
+    from bench.cli import main
+    db = tmp_path / "r.db"
+    for args, words in [(["submit", "no/such/plugin.py"], "not found"),
+                        (["submit", "not_an_installed_plugin"], "neither a plugin file nor an installed entry point"),
+                        (["submit", str(PLUGINS / "good_defense.py"), "--timeout", "0"], "must be positive"),
+                        (["submit", str(PLUGINS / "good_defense.py"), "--suite", "smok"], "did you mean 'smoke'")]:
+        rc = main(args + ["--db", str(db)])
+        err = capsys.readouterr().err
+        assert rc == 2 and words in err and len(err.strip().splitlines()) == 1, (args, err)
+    assert not db.exists()  # nothing was run, so no database was created
