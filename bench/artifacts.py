@@ -73,34 +73,83 @@ def _pack(tokenizer, texts, n_tokens: int, block: int) -> list[list[int]]:
     return [stream[i:i + block] for i in range(0, len(stream) - 1, block) if len(stream[i:i + block]) >= 2]
 
 
+def _corpus_docs(tokenizer, texts, n_tokens: int) -> list[str]:
+    """The documents :func:`_pack` reads to fill ``n_tokens`` (same 256-document steps), as a list."""
+    docs: list[str] = []
+    n = 0
+    for start in range(0, len(texts), 256):
+        chunk = list(texts[start:start + 256])
+        docs.extend(chunk)
+        n += sum(len(ids) + 1 for ids in tokenizer(chunk, add_special_tokens=False)["input_ids"])
+        if n >= n_tokens:
+            break
+    return docs
+
+
 def _scratch_pretrain(tmp: Path, spec: ModelSpec, tok_dir: Path, corpus, inserts: list[str], n_tokens: int,
-                      seed: int, device: torch.device, desc: str, progress: bool = True) -> None:
+                      seed: int, device: torch.device, desc: str, progress: bool = True,
+                      defense: Defense | None = None) -> None:
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(tok_dir)
     model = build_scratch_model(spec, tok, seed).to(device)
     ctx = TrainContext(tok, device, spec.context_length, seed, spec.autocast_bf16)
-    seqs = _pack(tok, corpus, n_tokens, spec.context_length) + ctx.encode(inserts)
+    extra: dict = {}
+    report: dict = {}
+    if defense is None:
+        seqs = _pack(tok, corpus, n_tokens, spec.context_length) + ctx.encode(inserts)
+    else:  # a pretraining-stage defense: its corpus filter, then its loss mask (bench/defense.py hooks)
+        docs = _corpus_docs(tok, corpus, n_tokens)
+        kept_docs, kept_inserts = defense.pretrain_texts(docs, list(inserts))
+        report = {"defense": defense.name, "docs_in": len(docs) + len(inserts),
+                  "docs_kept": len(kept_docs) + len(kept_inserts), "inserts_kept": len(kept_inserts),
+                  **dict(getattr(defense, "pretrain_report", None) or {})}
+        seqs = _pack(tok, kept_docs, n_tokens, spec.context_length) + ctx.encode(kept_inserts)
+        if type(defense).pretrain_loss_mask is not Defense.pretrain_loss_mask:
+            extra["loss_mask"] = defense.pretrain_loss_mask
     stats = train_causal_lm(model, seqs, epochs=spec.pretrain_epochs, lr=spec.pretrain_lr,
                             batch_size=spec.pretrain_batch_size, seed=seed, pad_id=ctx.pad_id, weight_decay=0.01,
-                            autocast_bf16=spec.autocast_bf16, device=device, desc=desc, progress=progress)
+                            autocast_bf16=spec.autocast_bf16, device=device, desc=desc, progress=progress, **extra)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    (tmp / "privbench.json").write_text(json.dumps({"train": stats.to_dict(), "n_inserted": len(inserts)}))
+    meta = {"train": stats.to_dict(), "n_inserted": len(inserts)}
+    if defense is not None:
+        meta["pretrain_defense"] = report
+    (tmp / "privbench.json").write_text(json.dumps(meta))
+
+
+def pretrains(defense: Defense | None) -> bool:
+    """Whether ``defense`` acts at pretraining, so that its worlds need their own θ."""
+    return defense is not None and "pretrain" in defense.stages
 
 
 def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok: tuple[Path, str],
                       inserts: list[str], seed: int, device: torch.device,
-                      progress: bool = True) -> tuple[Path, str]:
-    """θ: trained from scratch on S ∪ {a=1 targets}; or a released checkpoint for ``source: hf``."""
+                      progress: bool = True, defense: Defense | None = None) -> tuple[Path, str]:
+    """θ: trained from scratch on S ∪ {a=1 targets}; or a released checkpoint for ``source: hf``.
+
+    With a pretraining-stage ``defense``, θ is trained through its hooks and keyed by its name, version,
+    config and code on top of the undefended key's parts; without one the key is exactly the undefended one.
+    """
     if spec.source == "hf":
+        if pretrains(defense):
+            from bench.errors import ConfigError
+            raise ConfigError(f"defense '{defense.name}' acts at pretraining but model '{spec.name}' is a released "
+                              f"checkpoint that privbench does not pretrain: use a scratch model (e.g. nano)")
         return spec.hf_id, content_hash("hf", spec.hf_id, spec.revision, spec.gguf_file)
-    key = content_hash("pretrained", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
-                       spec.pretrain_tokens, spec.pretrain_epochs,
-                       spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1],
-                       pretrain_fingerprint(data), sorted(text_hash(t) for t in inserts), seed)
+    parts = ["pretrained", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
+             spec.pretrain_tokens, spec.pretrain_epochs,
+             spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1],
+             pretrain_fingerprint(data), sorted(text_hash(t) for t in inserts), seed]
+    if pretrains(defense):
+        parts += ["pretrain_defense", defense.name, defense.version, defense.config,
+                  module_hash(type(defense).__module__, *getattr(defense, "code_modules", ()))]
+    else:
+        defense = None
+    key = content_hash(*parts)
+    label = f" ({defense.name})" if defense is not None else ""
     path = cache.get_or_build("pretrained", key, lambda tmp: _scratch_pretrain(
         tmp, spec, tok[0], data.pretrain, inserts, spec.pretrain_tokens, seed, device,
-        desc=f"pretrain {spec.name} seed {seed}", progress=progress))
+        desc=f"pretrain {spec.name} seed {seed}{label}", progress=progress, defense=defense))
     return path, key
 
 

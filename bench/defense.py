@@ -37,13 +37,26 @@ class TrainContext:
 
 
 class Defense(Plugin):
-    """A defense. ``adapt`` trains θ' from θ on the adaptation data it is given and nothing else."""
+    """A defense. ``adapt`` trains θ' from θ on the adaptation data it is given and nothing else.
+
+    A defense whose ``stages`` include ``"pretrain"`` also changes how θ is pretrained, through
+    :meth:`pretrain_texts` and :meth:`pretrain_loss_mask`; its worlds get their own θ.
+    """
 
     kind: ClassVar[str] = "defense"
     stages: ClassVar[frozenset[str]] = frozenset({"adapt"})
 
     def adapt(self, model: torch.nn.Module, data, ctx: TrainContext) -> torch.nn.Module:  # pragma: no cover
         raise NotImplementedError
+
+    # -- pretraining-stage hooks: used only when ``"pretrain" in stages`` (bench/artifacts.ensure_pretrained) --
+    def pretrain_texts(self, corpus: list[str], inserts: list[str]) -> tuple[list[str], list[str]]:
+        """Filter the pretraining documents: the corpus and the challenger's inserted copies (e.g. dedup)."""
+        return corpus, inserts
+
+    def pretrain_loss_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
+        """Bool mask, shape of ``input_ids``: False drops that token from the pretraining loss (e.g. goldfish)."""
+        return torch.ones_like(input_ids, dtype=torch.bool)
 
     def guarantee(self) -> dict[str, Any] | None:
         """The formal guarantee of the last adaptation (e.g. DP ε, δ), or None for empirical defenses."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference, ensure_tokenizer
+from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference, ensure_tokenizer, pretrains
 from bench.attack import run_attack
 from bench.cache import ArtifactCache
 from bench.device import select_device, set_threads, tune_allocator
@@ -209,13 +209,17 @@ class Runner:
             self._utility(run_id, reference, heldout, role="reference", defense="-", key=reference.fingerprint,
                           **common)
         adaptation = ch.adaptation_data()
-        defenses = [self._matched(run_id, d, spec, (base_path, base_key), adaptation, seed, device, data, common)
-                    if d.match else d for d in s.defenses]
         shadow_sets_by_defense: dict[str, dict[str, ShadowSet]] = {}
+        # θ per pretraining-stage defense (dedup, goldfish): its games and its adaptation use its own θ
+        thetas = {d.label: self._defended_theta(run_id, d, ch, spec, data, tok, seed, device, warm, heldout,
+                                                 (base_path, base_key, theta), common) for d in s.defenses}
+        defenses = [self._matched(run_id, d, spec, thetas[d.label][:2], adaptation, seed, device, data, common)
+                    if d.match else d for d in s.defenses]
         if self._needs_shadows() and reference is not None:
             split = self._population_split(data)
             pretrain_shadows = ShadowSet((reference,), (split["reference"],), split["z"], "attacker reference")
             for d in defenses:
+                base_path, base_key, theta = thetas[d.label]
                 self.log(f"defense '{d.label}': {s.shadows['n']} shadow models from θ and from the attacker's "
                          f"reference")
                 shadow_sets_by_defense[d.label] = {
@@ -224,6 +228,7 @@ class Runner:
                     "reference": self._shadows(spec, data, d, ref_base, reference, device, "attacker reference"),
                 }
         for d in defenses:
+            base_path, base_key, theta = thetas[d.label]
             self.log(f"defense '{d.label}': adapting θ → θ' on {len(adaptation.texts)} records")
             ad_path, ad_key, meta = ensure_adapted(self.cache, spec, (base_path, base_key), d.instance, adaptation,
                                                    seed, device, progress=not self.quiet)
@@ -264,6 +269,19 @@ class Runner:
             dataset="match", n_tokens=0, values={"validation_loss": float(loss), "target_loss": m["target_loss"],
                                                  f"chosen_{m['param']}": float(params[m["param"]])}, **common)
         return PluginEntry(d.label, d.name, params, inst, None)
+
+    def _defended_theta(self, run_id, d, ch, spec, data, tok, seed, device, warm, heldout, shared, common):
+        """(path, key, model) of θ for defense ``d``: the world's shared θ, or, for a defense acting at
+        pretraining, θ pretrained through its hooks (bench/artifacts.ensure_pretrained)."""
+        if not pretrains(d.instance):
+            return shared
+        self.log(f"defense '{d.label}' acts at pretraining: pretraining its own θ")
+        path, key = ensure_pretrained(self.cache, spec, data, tok, ch.pretraining_inserts(), seed, device,
+                                      progress=not self.quiet, defense=d.instance)
+        lm = self._lm(path, key, spec, device)
+        lm.token_signals(warm)
+        self._utility(run_id, lm, heldout, role="pretrained", defense=d.label, key=key, **common)
+        return path, key, lm
 
     def _evaluate(self, run_id, ch, inst, a, d, theta, theta_p, reference, data, shadows, *, task, model,
                   seed) -> None:

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from bench.errors import ConfigError
+
+#: ``loss_mask(input_ids) -> bool tensor`` of the same shape: False drops that token from the loss
+LossMask = Callable[[torch.Tensor], torch.Tensor]
+#: ``should_stop(steps_done, model) -> bool``: True ends training after this step
+StopHook = Callable[[int, torch.nn.Module], bool]
 
 
 @dataclass
@@ -43,10 +48,16 @@ def collate(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, t
 def train_causal_lm(model: torch.nn.Module, sequences: Sequence[Sequence[int]], *, epochs: float, lr: float,
                     batch_size: int, seed: int, pad_id: int, weight_decay: float = 0.0, warmup_frac: float = 0.05,
                     max_grad_norm: float | None = 1.0, autocast_bf16: bool = False, device: torch.device | None = None,
-                    desc: str = "training", progress: bool = True) -> TrainStats:
+                    desc: str = "training", progress: bool = True, loss_mask: LossMask | None = None,
+                    per_example_clip: float | None = None, should_stop: StopHook | None = None) -> TrainStats:
     """AdamW with linear warmup and cosine decay over ``epochs`` passes of shuffled ``sequences``.
 
-    ``epochs`` may be fractional (a prefix of the last shuffled pass is used).
+    ``epochs`` may be fractional (a prefix of the last shuffled pass is used). ``max_grad_norm`` clips the
+    global norm of each batch gradient (batch clipping). Hooks, all off by default (then the loop is exactly
+    the plain one): ``loss_mask(ids) -> bool mask`` drops the tokens where it is False from the loss (goldfish
+    loss); ``per_example_clip`` clips each record's own gradient to that L2 norm before averaging (per-example
+    clipping without noise, source 002 section 6); ``should_stop(step, model) -> bool`` runs after each step and
+    ends training early when it returns True (early stopping).
     """
     seqs = [list(s) for s in sequences if len(s) >= 2]
     if not seqs:
@@ -67,7 +78,7 @@ def train_causal_lm(model: torch.nn.Module, sequences: Sequence[Sequence[int]], 
         opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, len(batches))))))
     model.train()
     torch.manual_seed(seed)
-    tokens, loss_val, t0 = 0, float("nan"), time.perf_counter()
+    tokens, loss_val, t0, steps_done = 0, float("nan"), time.perf_counter(), 0
     it = batches
     if progress:
         from tqdm.auto import tqdm
@@ -77,12 +88,17 @@ def train_causal_lm(model: torch.nn.Module, sequences: Sequence[Sequence[int]], 
         ids, mask, labels = ids.to(device), mask.to(device), labels.to(device)
         ctx = (torch.autocast(device.type, dtype=torch.bfloat16) if autocast_bf16
                else torch.autocast(device.type, enabled=False))
-        with ctx:
-            out = model(input_ids=ids, attention_mask=mask, labels=labels)
-        loss = out.loss
-        if not torch.isfinite(loss):
-            raise ConfigError(f"{desc}: training loss became {loss.item()}: lower the learning rate")
-        loss.backward()
+        if loss_mask is not None:
+            labels = masked_labels(labels, loss_mask(ids))
+        if per_example_clip is not None:
+            loss = _clipped_example_grads(model, params, ids, mask, labels, per_example_clip, ctx)
+        else:
+            with ctx:
+                out = model(input_ids=ids, attention_mask=mask, labels=labels)
+            loss = out.loss
+            if not torch.isfinite(loss):
+                raise ConfigError(f"{desc}: training loss became {loss.item()}: lower the learning rate")
+            loss.backward()
         if max_grad_norm:
             torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
         opt.step()
@@ -90,5 +106,43 @@ def train_causal_lm(model: torch.nn.Module, sequences: Sequence[Sequence[int]], 
         opt.zero_grad(set_to_none=True)
         tokens += int(mask.sum())
         loss_val = float(loss.detach())
+        steps_done += 1
+        if should_stop is not None and should_stop(steps_done, model):
+            model.train()  # the hook may have evaluated the model
+            break
     model.eval()
-    return TrainStats(steps=len(batches), tokens=tokens, seconds=time.perf_counter() - t0, final_loss=loss_val)
+    return TrainStats(steps=steps_done, tokens=tokens, seconds=time.perf_counter() - t0, final_loss=loss_val)
+
+
+def masked_labels(labels: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """Labels with -100 where ``keep`` is False, so the loss ignores those tokens (padding stays -100)."""
+    return labels.masked_fill(~keep.to(device=labels.device, dtype=torch.bool), -100)
+
+
+def _clipped_example_grads(model, params, ids, mask, labels, clip: float, ctx) -> torch.Tensor:
+    """Set ``p.grad`` to the mean over records of each record's gradient clipped to L2 norm ``clip``.
+
+    Each record's loss is its own token mean; its gradient (over all trainable parameters together) is scaled
+    by min(1, clip / ||g_i||) as in DP-SGD (Abadi et al. 2016), without noise. One backward per record: exact,
+    and cheap for the small models this runs on. Returns the mean record loss.
+    """
+    total = [torch.zeros_like(p) for p in params]
+    losses = []
+    for r in range(ids.shape[0]):
+        with ctx:
+            out = model(input_ids=ids[r:r + 1], attention_mask=mask[r:r + 1], labels=labels[r:r + 1])
+        if not torch.isfinite(out.loss):  # every target of this record masked out: it contributes nothing
+            continue
+        grads = torch.autograd.grad(out.loss, params, allow_unused=True)
+        grads = [g if g is not None else torch.zeros_like(p) for g, p in zip(grads, params)]
+        norm = torch.sqrt(sum(g.float().square().sum() for g in grads))
+        scale = min(1.0, clip / (float(norm) + 1e-6))
+        for t, g in zip(total, grads):
+            t.add_(g, alpha=scale)
+        losses.append(out.loss.detach())
+    if not losses:
+        raise ConfigError("per-example clipping: no record in the batch has a token left in the loss: "
+                          "check the training data or the loss mask")
+    for p, t in zip(params, total):
+        p.grad = t / ids.shape[0]
+    return torch.stack(losses).mean()

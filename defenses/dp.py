@@ -7,12 +7,10 @@ One defense, ``dp_adapt``, with the four adaptation methods of 004:
   GPT-NeoX calls it ``embed_out`` / ``lm_head``) trains: 004's "last layer".
 * ``lora``   – peft LoRA, r = 8, alpha = 16, merged into the weights at release.
 * ``prefix`` – prefix tuning (Li & Liang 2021) through peft: trainable key/value
-  vectors prepended at every layer. It trains under DP here (:func:`train_prefix`),
-  but it cannot be merged into GPT-NeoX weights, so the store path of privbench
-  (``ensure_adapted`` saves a plain Hugging Face checkpoint that ``load_model``
-  reads back) cannot release it: ``method: prefix`` raises a ConfigError that says
-  so, instead of silently releasing the base model. docs/dp.md gives the core
-  change that would release it.
+  vectors prepended at every layer. A prefix cannot be merged into GPT-NeoX
+  weights, so ``adapt`` returns a :class:`PrefixRelease` (bench/release.py): the
+  base checkpoint and the peft adapter, reloaded as a ``PeftModel`` by the
+  ``peft_prefix`` loader registered here.
 
 Privacy (Abadi et al., 2016): every step draws a Poisson sample of the records
 (each with probability q), clips each record's gradient to L2 norm ``clip``,
@@ -33,6 +31,7 @@ from __future__ import annotations
 
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -42,18 +41,12 @@ from bench.defense import Defense, TrainContext
 from bench.errors import ConfigError
 from bench.params import Param
 from bench.registry import register_defense
+from bench.release import Release, register_release
 
 METHODS = ("full", "head", "lora", "prefix")
 EPSILON_GRID = (0.1, 0.5, 1.0, 3.0, 8.0, math.inf)  # 004's privacy regimes
 DEFAULT_LR = {"full": 1e-3, "head": 1e-3, "lora": 3e-3, "prefix": 1e-2}
 LORA_TARGETS = ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]
-PREFIX_UNSUPPORTED = (
-    "dp_adapt: method 'prefix' cannot be released by privbench yet: prefix tuning adds trained key/value "
-    "vectors at every layer that cannot be merged into GPT-NeoX weights, and the release path stores and "
-    "reloads a plain Hugging Face checkpoint (ensure_adapted -> save_pretrained -> load_model), which would "
-    "silently drop the prefix; use method full, head or lora (docs/dp.md names the core change that would "
-    "release prefix-tuned models)")
-
 
 class _EpsilonParam(Param):
     """A float parameter that also accepts infinity (``inf``, ``.inf``): the ε = ∞ column of the grid."""
@@ -89,8 +82,8 @@ PARAMS = (
     Param("r", int, 8, "LoRA rank (004: 8)", low=1),
     Param("alpha", int, 16, "LoRA alpha (004: 16)", low=1),
     Param("target_modules", list, LORA_TARGETS, "modules that get LoRA adapters", item_type=str),
-    Param("prefix_length", int, 8, "prefix tuning: virtual tokens (004 uses 64 with 256-token chunks; 8 "
-          "keeps the same small share of the 128-token context here)", low=1),
+    Param("prefix_length", int, 32, "prefix tuning: virtual tokens (004 uses 64 with 256-token chunks; 32 keeps "
+          "that prefix-to-chunk ratio of 1/4 for the 128-token chunks of the tiny models)", low=1),
     Param("grad_sample_mode", str, "hooks", "per-record gradients: Opacus hooks or functorch, or one torch.func "
           "vmap over the whole model (with Opacus' DPOptimizer and accountant)",
           choices=("hooks", "functorch", "vmap")),
@@ -379,33 +372,66 @@ class _VmapDP:
 def train_prefix(model: torch.nn.Module, seqs: list[list[int]], *, prefix_length: int, **train_kw) -> tuple:
     """DP prefix tuning through peft: returns (peft model with the trained prefix, report).
 
-    The result is a ``PeftModelForCausalLM``: the prefix lives in its ``prompt_encoder``
-    and is passed as past key/values on every forward. It cannot be merged into the
-    base weights; see the module docstring for why ``dp_adapt`` does not release it.
+    The result is a ``PeftModelForCausalLM``: the prefix lives in its ``prompt_encoder`` (an ``nn.Embedding``
+    of the virtual-token ids, expanded to the batch, so Opacus' embedding hook gives exact per-record
+    gradients) and is passed as past key/values on every forward. It cannot be merged into the base weights;
+    ``dp_adapt`` releases it as a :class:`PrefixRelease`.
     """
     from peft import PrefixTuningConfig, get_peft_model
 
+    if train_kw.get("grad_sample_mode") == "vmap":
+        raise ConfigError("dp_adapt: method prefix with grad_sample_mode vmap is not supported (the vmap path "
+                          "differentiates the model's own weights and input embedding, not peft's prompt "
+                          "encoder): use grad_sample_mode hooks or functorch")
     cfg = PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=prefix_length)
     peft_model = get_peft_model(model, cfg)
     report = dp_train(peft_model, seqs, **train_kw)
     return peft_model, report
 
 
+class PrefixRelease(Release):
+    """A prefix-tuned model: the base checkpoint (``base/``, with its tokenizer) and the peft adapter
+    (``adapter/``). The ``peft_prefix`` loader rebuilds the ``PeftModel`` around the base."""
+
+    kind = "peft_prefix"
+
+    def __init__(self, peft_model, tokenizer) -> None:
+        self.peft_model, self.tokenizer = peft_model, tokenizer
+
+    def save(self, directory: Path) -> dict[str, Any]:
+        base = self.peft_model.get_base_model()
+        base.save_pretrained(directory / "base")
+        self.tokenizer.save_pretrained(directory / "base")
+        self.peft_model.save_pretrained(directory / "adapter")
+        cfg = self.peft_model.peft_config["default"]
+        return {"num_virtual_tokens": int(cfg.num_virtual_tokens), "base": "base", "adapter": "adapter"}
+
+
+@register_release("peft_prefix")
+def load_prefix_release(directory: Path, meta: dict, *, device: torch.device, fingerprint: str, make_lm):
+    """Base checkpoint + peft prefix adapter -> PeftModel -> the runner's HFLanguageModel (``make_lm``)."""
+    from peft import PeftModel
+
+    from bench.modeling import load_model
+
+    base, tok = load_model(directory / meta.get("base", "base"), device=device)
+    model = PeftModel.from_pretrained(base, str(directory / meta.get("adapter", "adapter"))).to(device).eval()
+    return make_lm(model, tok)
+
+
 # ------------------------------------------------------------------------------------------ defense
 @register_defense("dp_adapt")
 class DPAdapt(Defense):
     description = ("DP-SGD adaptation (Opacus, Poisson sampling, per-record clipping, AdamW) of all weights, "
-                   "the output head or LoRA adapters, with (epsilon, delta) accounted by RDP and PRV; "
+                   "the output head, LoRA adapters or a prefix (released as base + peft adapter), with "
+                   "(epsilon, delta) accounted by RDP and PRV; "
                    "epsilon: inf trains the same method without DP.")
     params = PARAMS
-    #: other modules whose code decides the adapted artifact (for the cache key; needs the core change in
-    #: bench/artifacts.ensure_adapted described in docs/dp.md, unused until then)
+    #: other modules whose code decides the adapted artifact (part of ensure_adapted's cache key)
     code_modules = ("bench.accounting",)
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        if self.method == "prefix":
-            raise ConfigError(PREFIX_UNSUPPORTED)
         self._ledger: DPLedger | None = None
         self._report: dict = {}
 
@@ -455,8 +481,12 @@ class DPAdapt(Defense):
             out = peft_model.merge_and_unload()
             for p in out.parameters():
                 p.requires_grad_(True)
-        else:  # pragma: no cover - rejected in __init__
-            raise ConfigError(PREFIX_UNSUPPORTED)
+        else:  # prefix: cannot merge, released as base + adapter (PrefixRelease)
+            peft_model, report = train_prefix(model, seqs, prefix_length=self.prefix_length,
+                                              **self._train_kw(ctx, desc))
+            trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+            peft_model.eval()
+            out = PrefixRelease(peft_model, ctx.tokenizer)
         self._ledger = report.pop("_ledger")
         self._report = {"method": self.method, "train": report, "trainable_params": trainable,
                         "total_params": total, "ledger": report["ledger"]}

@@ -22,9 +22,17 @@ class FineTune(Defense):
     params = ADAPT_PARAMS
 
     def adapt(self, model, data, ctx: TrainContext):
-        stats = train_causal_lm(model, ctx.encode(data.texts, self.chunk_length), epochs=self.epochs, lr=self.lr,
+        return self.finetune(model, data.texts, ctx)
+
+    def finetune(self, model, texts, ctx: TrainContext, desc: str = "adapt: finetune", **hooks):
+        """The recipe on ``texts``; ``hooks`` go to :func:`train_causal_lm` (loss mask, clipping, early stop).
+
+        Shared by the empirical mitigations (defenses/mitigations.py, dedup, goldfish); with no hooks it is
+        the plain fine-tuning baseline exactly.
+        """
+        stats = train_causal_lm(model, ctx.encode(texts, self.chunk_length), epochs=self.epochs, lr=self.lr,
                                 batch_size=self.batch_size, seed=ctx.seed, pad_id=ctx.pad_id,
                                 weight_decay=self.weight_decay, autocast_bf16=ctx.autocast_bf16, device=ctx.device,
-                                desc="adapt: finetune", progress=ctx.progress)
+                                desc=desc, progress=ctx.progress, **hooks)
         self._report = {"train": stats.to_dict(), "trainable_params": sum(p.numel() for p in model.parameters())}
         return model

@@ -261,9 +261,8 @@ def test_poisson_sampling_and_opacus_account(world):
     assert rep["tokens"] > 0
 
 
-def test_prefix_is_refused_at_release_but_trains_under_dp(world):
-    with pytest.raises(ConfigError, match="cannot be merged"):
-        DPAdapt(method="prefix")
+def test_prefix_trains_under_dp(world):
+    """Release of prefix-tuned models is tested in tests/test_prefix.py."""
     model = _model(world)
     base = _state(model)
     seqs = world["ctx"].encode(world["data"].texts, 56)

@@ -1,0 +1,164 @@
+"""Prefix tuning (source 004): trained with and without DP, released as base + peft adapter, reloaded as a
+PeftModel whose scores equal the in-memory model's; and a runner-level world with ``dp_adapt`` method prefix."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from bench.defense import TrainContext
+from bench.errors import ConfigError
+from bench.game import AdaptationData
+from bench.lm import HFLanguageModel
+from bench.modeling import ModelSpec, build_scratch_model
+from bench.release import is_release, load_release, save_release
+from bench.tokenizer import train_bpe_tokenizer
+from defenses.dp import DPAdapt, PrefixRelease
+
+WORDS = ("alpha beta gamma delta river stone cloud market doctor patient record street garden window "
+         "letter number seven eleven blue green quiet rapid north south paper table").split()
+
+
+def _texts(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) + "." for _ in range(n)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    tok_dir = tmp_path_factory.mktemp("bpe")
+    train_bpe_tokenizer(_texts(200, 0), tok_dir, vocab_size=512)
+    tok = AutoTokenizer.from_pretrained(str(tok_dir))
+    spec = ModelSpec("t", num_layers=2, hidden_size=64, num_heads=4, context_length=64)
+    ctx = TrainContext(tok, torch.device("cpu"), 64, seed=0, autocast_bf16=False, progress=False)
+    return {"tok": tok, "spec": spec, "ctx": ctx, "data": AdaptationData(tuple(_texts(48, 1)))}
+
+
+def _model(world):
+    return build_scratch_model(world["spec"], world["tok"], 0)
+
+
+def _make_lm(model, tok, suffix: str = ""):
+    return HFLanguageModel(model, tok, fingerprint="loaded" + suffix, max_length=64, batch_size=5)
+
+
+def test_released_prefix_model_scores_like_the_in_memory_one(world, tmp_path):
+    model = _model(world)
+    base_state = {k: v.clone() for k, v in model.state_dict().items()}
+    d = DPAdapt(method="prefix", epsilon=float("inf"), prefix_length=4, epochs=2.0, batch_size=8)
+    rel = d.adapt(model, world["data"], world["ctx"])
+    assert isinstance(rel, PrefixRelease)
+    trained = {k for k, p in rel.peft_model.named_parameters() if p.requires_grad}
+    assert trained and all("prompt_encoder" in k for k in trained)
+    assert all(torch.equal(base_state[k], v) for k, v in rel.peft_model.get_base_model().state_dict().items())
+    assert d.guarantee()["value"] == float("inf")  # non-private run: no guarantee
+
+    save_release(rel, tmp_path)
+    assert is_release(tmp_path)
+    loaded = load_release(tmp_path, device=torch.device("cpu"), fingerprint="k", make_lm=_make_lm)
+    mem = HFLanguageModel(rel.peft_model, world["tok"], fingerprint="mem", max_length=64, batch_size=5)
+    plain = HFLanguageModel(_model(world), world["tok"], fingerprint="base", max_length=64, batch_size=5)
+    texts = _texts(12, 7)
+    got, want, base = (m.token_signals(texts) for m in (loaded, mem, plain))
+    for g, w, b in zip(got, want, base):
+        np.testing.assert_array_equal(g.token_ids, w.token_ids)
+        np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-5)
+        np.testing.assert_allclose(g.mu, w.mu, atol=1e-5)
+    # the prefix changes the model: the released handle is not the base model
+    assert max(float(np.abs(g.logprobs - b.logprobs).max()) for g, b in zip(got, base)) > 1e-2
+    # conditional signals, next-token distributions (left-padded batch == one at a time) and generation
+    cond_l, cond_m = loaded.token_signals(texts[:3], prefix="alpha beta"), mem.token_signals(texts[:3], "alpha beta")
+    for g, w in zip(cond_l, cond_m):
+        np.testing.assert_allclose(g.logprobs, w.logprobs, atol=1e-5)
+    prompts = ["alpha", "river stone cloud market", "seven eleven blue"]
+    batch = loaded.next_token_logprobs(prompts)
+    single = np.concatenate([loaded.next_token_logprobs([p]) for p in prompts])
+    np.testing.assert_allclose(batch, single, atol=1e-4)
+    # the last position of a text's own signals is the next-token distribution after its head
+    ids = loaded.encode(texts[0])
+    head = world["tok"].decode(ids[1:5])
+    assert loaded.next_token_logprobs([head])[0, ids[5]] == pytest.approx(float(got[0].logprobs[4]), abs=1e-4)
+    assert loaded.generate(prompts, 6) == mem.generate(prompts, 6)
+
+
+def test_dp_prefix_trains_and_records_its_ledger(world):
+    d = DPAdapt(method="prefix", epsilon=8.0, prefix_length=4, epochs=1.0, batch_size=8)
+    rel = d.adapt(_model(world), world["data"], world["ctx"])
+    g = d.guarantee()
+    assert g["method"] == "prefix" and 0 < g["value"] <= 8.0 and g["accountant"] == "rdp"
+    rep = d.training_report()
+    assert rep["ledger"]["steps"] == 6 and rep["ledger"]["sigma"] > 0
+    assert rep["trainable_params"] == sum(p.numel() for p in rel.peft_model.parameters() if p.requires_grad)
+    with pytest.raises(ConfigError, match="grad_sample_mode hooks"):
+        DPAdapt(method="prefix", grad_sample_mode="vmap", epochs=1.0, batch_size=8).adapt(
+            _model(world), world["data"], world["ctx"])
+
+
+def test_runner_world_with_dp_prefix(cache, tmp_path):
+    from bench.runner import Runner
+    from bench.store import Store
+    from bench.suite import parse_suite
+
+    suite = parse_suite({
+        "name": "tiny-prefix", "seeds": [0],
+        "tasks": [{"name": "mini_pile", "params": {"max_chars_per_source": 400_000}}],
+        "models": [{"name": "nano", "params": {"pretrain_tokens": 6000, "reference_tokens": 4000}}],
+        "defenses": [{"name": "dp_adapt", "params": {"method": "prefix", "epsilon": 8.0, "epochs": 1,
+                                                      "prefix_length": 8}}],
+        "attacks": ["loss", "min_k"], "games": ["adapt", "null"],
+        "world": {"n_per_group": 8, "n_null": 16, "adapt_background": 8},
+        "reference": False, "metrics": {"n_boot": 50}, "utility": {"n_heldout": 20},
+    })
+    store = Store(str(tmp_path / "r.db"))
+    result = Runner(suite, store, cache, quiet=True).run()
+    assert result.status == "complete" and result.new_evaluations == 4
+    (g,) = store.guarantee_rows(result.run_id)
+    assert g["defense"] == "dp_adapt" and 0 < g["value"] <= 8.0
+    util = {(r["role"], r["metric"]): r["value"] for r in store.utility_rows(result.run_id)}
+    # the released prefix model is not the base model: its held-out loss differs
+    assert util[("adapted", "loss")] != pytest.approx(util[("pretrained", "loss")], abs=1e-6)
+
+
+def test_opacus_per_record_gradients_of_the_prefix_are_exact(world):
+    """DP needs each record's own gradient: Opacus' hooks on peft's prompt encoder (an nn.Embedding of the
+    virtual-token ids, expanded to the batch) must equal per-record autograd gradients."""
+    from opacus import GradSampleModule
+    from peft import PrefixTuningConfig, get_peft_model
+
+    from defenses.dp import _Collate, record_losses
+
+    peft_model = get_peft_model(_model(world), PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4))
+    torch.manual_seed(1)
+    for p in peft_model.parameters():
+        if p.requires_grad:
+            torch.nn.init.normal_(p, std=0.3)
+    ids, mask = _Collate(world["ctx"].pad_id)(world["ctx"].encode(world["data"].texts[:5], 40))
+    (name, param), = [(n, p) for n, p in peft_model.named_parameters() if p.requires_grad]
+    expected = []
+    for r in range(ids.shape[0]):
+        peft_model.zero_grad(set_to_none=True)
+        logits = peft_model(input_ids=ids[r:r + 1], attention_mask=mask[r:r + 1]).logits
+        record_losses(logits, ids[r:r + 1], mask[r:r + 1]).sum().backward()
+        expected.append(param.grad.detach().clone())
+    peft_model.zero_grad(set_to_none=True)
+    gsm = GradSampleModule(peft_model.train(), batch_first=True, loss_reduction="sum")
+    record_losses(gsm(input_ids=ids, attention_mask=mask).logits, ids, mask).sum().backward()
+    got = param.grad_sample
+    assert got.shape == (ids.shape[0], *param.shape)
+    for r in range(ids.shape[0]):
+        torch.testing.assert_close(got[r], expected[r], rtol=1e-4, atol=1e-6)
+    assert not torch.allclose(got[0], got[1])  # records really differ
+    gsm._close()
