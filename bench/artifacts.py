@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -172,6 +173,8 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
                    data: AdaptationData, seed: int, device: torch.device,
                    progress: bool = True) -> tuple[Path, str, dict]:
     """θ' = defense.adapt(θ, D̃): a plain Hugging Face checkpoint, or a :class:`Release` directory."""
+    if not getattr(defense, "uses_validation", False):  # only a defense that validates sees held-back data
+        data = dataclasses.replace(data, validation=None)
     key = content_hash("adapted", CACHE_SCHEMA, module_hash(*TRAINING_CODE, type(defense).__module__,
                                                                   *getattr(defense, "code_modules", ())), base[1],
                        defense.name, defense.version, defense.config,

@@ -76,6 +76,8 @@ WORLD_PARAMS = (
     Param("n_per_group", int, 100, "targets in each of the groups (0,1), (1,0), (1,1)", low=4),
     Param("n_null", int, 200, "targets in group (0,0); the null game splits them in half", low=8),
     Param("adapt_background", int, 200, "non-target records in the adaptation data D", low=0),
+    Param("n_validation", int, 100, "records of the adaptation pool after D's background that the data owner holds "
+          "back for validation (early stopping); never targets, never trained on", low=0),
     Param("pretrain_target_repeats", int, 1, "copies of each a=1 target inserted into pretraining", low=1),
     Param("adapt_target_repeats", int, None, "copies of each b=1 target inserted into adaptation (canaries: 1, 3, "
           "10); null = the task's own repeats, else 1", low=1, nullable=True),
@@ -147,6 +149,10 @@ class AdaptationData:
     secrets: tuple[tuple[str, ...], ...] | None = None
     #: per secret id, Hush's (p_j prior success, r_j allowed posterior success) targets; None elsewhere
     secret_targets: dict[str, tuple[float, float]] | None = None
+    #: records of the same distribution the data owner holds back from training (never targets, never
+    #: evaluation data), for defenses that validate (early stopping); given only to a defense that declares
+    #: ``uses_validation``, so no other defense's cache key depends on it
+    validation: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("users", "secrets"):
@@ -164,6 +170,8 @@ class AdaptationData:
             parts.append(["secrets", [list(s) for s in self.secrets]])
         if self.secret_targets is not None:
             parts.append(["secret_targets", sorted((k, list(v)) for k, v in self.secret_targets.items())])
+        if self.validation is not None:
+            parts.append(["validation", [text_hash(t) for t in self.validation]])
         return parts
 
 
@@ -303,7 +311,9 @@ class Challenger:
         texts = (list(self._data.adapt[: self.config["adapt_background"]]) +
                  self.members("b") * self.config["adapt_target_repeats"])
         rng = np.random.default_rng([self.seed, 17])
-        return AdaptationData(tuple(texts[i] for i in rng.permutation(len(texts))))
+        bg = self.config["adapt_background"]
+        validation = tuple(self._data.adapt[bg: bg + self.config["n_validation"]])
+        return AdaptationData(tuple(texts[i] for i in rng.permutation(len(texts))), validation=validation)
 
     def target_texts(self) -> list[str]:
         return [self._text[r] for r in sorted(self._group)]

@@ -81,16 +81,6 @@ class GradientClip(FineTune):
         return model
 
 
-def split_validation(n: int, fraction: float, seed: int) -> tuple[list[int], list[int]]:
-    """(train, validation) indices: a seeded ``fraction`` of the defense's own records held out, at least one."""
-    if n < 2:
-        raise ConfigError(f"early_stop: {n} adaptation record(s) cannot be split into training and validation: "
-                          f"use more data or another defense")
-    n_val = min(n - 1, max(1, int(round(fraction * n))))
-    perm = np.random.default_rng([int(seed), 183]).permutation(n)
-    return sorted(int(i) for i in perm[n_val:]), sorted(int(i) for i in perm[:n_val])
-
-
 @torch.no_grad()
 def mean_token_loss(model: torch.nn.Module, seqs: list[list[int]], pad_id: int, device: torch.device,
                     batch_size: int = 32) -> float:
@@ -144,30 +134,35 @@ class _EarlyStopper:
 
 @register_defense("early_stop")
 class EarlyStop(FineTune):
-    description = ("Early stopping (source 002, 4.4): fine-tuning that watches the loss on a validation split "
-                   "carved from its own training data and keeps the best weights.")
+    description = ("Early stopping (source 002, 4.4): fine-tuning that watches the loss on validation records the "
+                   "data owner held back from training, and keeps the best weights.")
     params = ADAPT_PARAMS + (
-        Param("val_fraction", float, 0.1, "share of the defense's own records held out for validation", low=0.0,
-              high=0.5, low_inclusive=False),
         Param("eval_interval", int, 5, "optimizer steps between validation evaluations", low=1),
         Param("patience", int, 2, "evaluations without improvement before stopping", low=1),
         Param("min_delta", float, 0.0, "improvement in validation loss that counts", low=0.0),
     )
     code_modules = ("defenses.finetune",)
+    #: validation comes from ``AdaptationData.validation`` (held back by the challenger from the adaptation
+    #: pool), never from the training texts: dropping some of those would leave b = 1 targets untrained and
+    #: their membership labels wrong
+    uses_validation = True
 
     def adapt(self, model, data, ctx: TrainContext):
-        train_idx, val_idx = split_validation(len(data.texts), self.val_fraction, ctx.seed)
-        val = [s for s in ctx.encode([data.texts[i] for i in val_idx], self.chunk_length) if len(s) >= 2]
+        if not data.validation:
+            raise ConfigError("early_stop needs validation records held back from training, and this world has "
+                              "none: set world.n_validation > 0 and make sure the task's adaptation pool has "
+                              "records beyond adapt_background")
+        val = [s for s in ctx.encode(list(data.validation), self.chunk_length) if len(s) >= 2]
         stopper = _EarlyStopper(val, ctx.pad_id, ctx.device, self.eval_interval, self.patience, self.min_delta)
         stopper.start(model)
-        model = self.finetune(model, [data.texts[i] for i in train_idx], ctx, desc="adapt: early_stop",
-                              should_stop=stopper)
+        model = self.finetune(model, list(data.texts), ctx, desc="adapt: early_stop", should_stop=stopper)
         final_step = self._report["train"]["steps"]
         if final_step % self.eval_interval:  # score the last weights too, so the best is really the best
             stopper(final_step - final_step % self.eval_interval + self.eval_interval, model)
         if stopper.best_state is not None:
             model.load_state_dict(stopper.best_state)
         model.eval()
-        self._report.update(records_train=len(train_idx), records_val=len(val_idx), best_step=stopper.best_step,
-                            stopped_at=stopper.stopped_at, best_val_loss=stopper.best, val_history=stopper.history)
+        self._report.update(records_train=len(data.texts), records_val=len(data.validation),
+                            best_step=stopper.best_step, stopped_at=stopper.stopped_at, best_val_loss=stopper.best,
+                            val_history=stopper.history)
         return model

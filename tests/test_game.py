@@ -176,11 +176,12 @@ def test_adaptation_data_is_background_plus_b1_targets(ch, data):
     assert len(b1) == 2 * N_PER_GROUP
     assert Counter(ad.texts) == Counter(list(data.adapt[:BACKGROUND]) + b1)
     # it holds only a tuple of strings: no ids, no marks
-    assert [f.name for f in dataclasses.fields(AdaptationData)] == ["texts", "users", "secrets", "secret_targets"]
+    assert [f.name for f in dataclasses.fields(AdaptationData)] == ["texts", "users", "secrets", "secret_targets",
+                                                                 "validation"]
     assert ad.users is None and ad.secrets is None and ad.secret_targets is None
     assert isinstance(ad.texts, tuple) and all(type(t) is str for t in ad.texts)
     assert not hasattr(ad, "__slots__") or ad.__slots__ == ()
-    assert set(vars(ad)) == {"texts", "users", "secrets", "secret_targets"}
+    assert set(vars(ad)) == {"texts", "users", "secrets", "secret_targets", "validation"}
     with pytest.raises(dataclasses.FrozenInstanceError):
         ad.texts = ()
     # shuffled: the targets are not simply appended after the background
@@ -365,7 +366,9 @@ def test_attacker_view_reaches_no_challenger_state(ch, data, models, game):
 def test_adaptation_data_reaches_no_challenger_state(ch, data):
     ad = ch.adaptation_data()
     record_ids = set(all_record_ids(ch))
-    allowed = set(ad.texts)
+    allowed = set(ad.texts) | set(ad.validation or ())
+    # validation records are held back from the adaptation pool: never targets, never trained on
+    assert not set(ad.validation or ()) & set(ch.target_texts()) and not set(ad.validation or ()) & set(ad.texts)
     everything = _all_task_texts(data)
     for o in reachable(ad):
         assert not isinstance(o, (Challenger, GameInstance, np.ndarray, LanguageModel)), type(o)

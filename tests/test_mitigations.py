@@ -153,29 +153,40 @@ def test_clip_defense_bounds_every_update_gradient(world, monkeypatch, mode):
 
 
 # ----------------------------------------------------------------------------------- early stopping
-def test_early_stop_uses_only_its_own_split_and_keeps_the_best_weights(world):
-    own = tuple(_texts(40, 8))
+def test_early_stop_trains_on_all_its_data_and_validates_on_held_back_records(world):
+    own = tuple(_texts(32, 8))
+    held_back = tuple(_texts(8, 42))  # the data owner's validation records: never trained on
     evaluation = _texts(20, 99)  # the benchmark's texts: the defense must never see them
-    d = EarlyStop(epochs=40.0, lr=2e-2, batch_size=4, val_fraction=0.2, eval_interval=2, patience=2)
+    d = EarlyStop(epochs=40.0, lr=2e-2, batch_size=4, eval_interval=2, patience=2)
     model = _model(world)
     rec = _Recorder(model)
-    out = d.adapt(model, AdaptationData(own), world["ctx"])
+    out = d.adapt(model, AdaptationData(own, validation=held_back), world["ctx"])
     rep = d.training_report()
     ctx = world["ctx"]
     enc = lambda ts: {tuple(s) for s in ctx.encode(ts, d.chunk_length)}  # noqa: E731
     train_rows = {row for training, row in rec.rows if training}
     eval_rows = {row for training, row in rec.rows if not training}
-    assert train_rows and eval_rows and not (train_rows & eval_rows)     # disjoint splits
-    assert train_rows | eval_rows <= enc(own)                            # only its own data
+    assert train_rows == enc(own)           # every training record is trained on: no b = 1 target is dropped
+    assert eval_rows == enc(held_back)      # validation only on the held-back records
     assert not ((train_rows | eval_rows) & enc(evaluation))
-    assert rep["records_val"] == 8 and rep["records_train"] == 32 and len(eval_rows) == 8
+    assert rep["records_val"] == 8 and rep["records_train"] == 32
     planned = 40 * 32 // 4
     assert rep["stopped_at"] is not None and rep["train"]["steps"] < planned  # it stopped early
     losses = [v for _, v in rep["val_history"]]
     assert rep["best_val_loss"] == pytest.approx(min(losses), abs=1e-5)
-    val = [s for s in ctx.encode([t for t in own if tuple(ctx.encode([t], d.chunk_length)[0]) in eval_rows],
-                                 d.chunk_length)]
+    val = ctx.encode(list(held_back), d.chunk_length)
     assert mean_token_loss(out, val, ctx.pad_id, ctx.device) == pytest.approx(rep["best_val_loss"], abs=1e-4)
+    with pytest.raises(ConfigError, match="world.n_validation"):
+        d.adapt(_model(world), AdaptationData(own), world["ctx"])
+
+
+def test_only_a_validating_defense_sees_held_back_data_in_its_cache_key():
+    import dataclasses
+    base = AdaptationData(("a", "b"))
+    with_val = dataclasses.replace(base, validation=("c",))
+    assert base.key_parts() != with_val.key_parts()
+    assert dataclasses.replace(with_val, validation=None).key_parts() == base.key_parts()
+    assert getattr(EarlyStop, "uses_validation", False) and not getattr(GradientClip, "uses_validation", False)
 
 
 # ----------------------------------------------------------------------------------- goldfish
