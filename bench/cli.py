@@ -88,6 +88,7 @@ def _utility_table(rows: list[dict]) -> str:
         pivot[k][r["metric"]] = r["value"]
     cols = ["task", "model", "seed", "role", "defense", "data", "loss", "perplexity", "next_token_accuracy",
             "rouge1", "rougeL", "train_seconds"]
+    cols = [c for c in cols if any(c in row for row in pivot.values())]  # a measure no model reported is no column
     return "utility (held-out, out-of-domain and matched-utility rows)\n" + format_rows(list(pivot.values()), "table",
                                                                                         columns=cols)
 

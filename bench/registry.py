@@ -24,7 +24,7 @@ BUILTIN_MODULES = {
                "attacks.reference", "attacks.recall", "attacks.rmia", "attacks.exposure",
                "attacks.extraction"],
     "defense": ["defenses.finetune", "defenses.lora", "defenses.dp", "defenses.mitigations", "defenses.dedup",
-                "defenses.goldfish"],
+                "defenses.goldfish", "defenses.guard", "defenses.hush"],
     "task": ["tasks.mini_pile", "tasks.pile_subsets", "tasks.canaries", "tasks.names2ids", "tasks.users",
              "tasks.secrets", "tasks.hub", "tasks.user_files"],
 }

@@ -1,0 +1,211 @@
+"""Hush: secret protection by LP-weighted Poisson sampling and KL-calibrated DP-SGD (source 001, Algorithm 2).
+
+The data owner lists the secrets its records carry and, per secret j, a prior reconstruction probability
+p_j and the posterior r_j it tolerates. Algorithm 2:
+
+1. μ_j = KL(Bern(r_j) ‖ Bern(p_j))                                   (Lemma 3.2)
+2. weights w from the LP of eq. (1): max Σ w_i s.t. Σ_{i ∋ j} w_i ≤ c·μ_j, w ∈ [0, 1]   (HiGHS)
+3. Poisson rates ρ_i = B·w_i / Σ w
+4. σ = max_j min{σ : T·KL(N(Σ_{i ∋ j} Bern(ρ_i), σ²) ‖ N(0, σ²)) ≤ μ_j}  (binary search)
+5. T steps of DP-SGD: record i joins a batch with probability ρ_i, per-record gradients clipped to C,
+   N(0, σ²C²) added to the sum, divided by B, then AdamW.
+
+All accounting lives in :mod:`bench.secret_accounting`. Training: Opacus' data loader samples every record
+at one rate, so the per-record Poisson sampler here is our own (one uniform draw per record per step from a
+seeded generator); per-record gradients, flat clipping and noise use the vmap DP-SGD step of
+``defenses.dp`` (``_VmapDP``, tested there against Opacus' DPOptimizer), whose accountant is unused: the
+guarantee is the secret ledger, not an (ε, δ).
+
+Deviations: T = round(epochs · n / B) steps, the same compute as ``dp_adapt`` at those settings (001 fixes
+T); the KL is bounded in both directions by default (see :mod:`bench.secret_accounting`); c defaults to
+the median of |D_j| / μ_j over secrets (001 sweeps c); AdamW with linear decay instead of 001's
+optimizer sweep.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from bench.defense import Defense, TrainContext
+from bench.errors import ConfigError
+from bench.params import Param
+from bench.registry import register_defense
+from bench.secret_accounting import DIRECTIONS, SecretLedger, account
+
+MISSING = ("hush: the adaptation data carries no secrets (AdaptationData.secrets / secret_targets are None): "
+           "use a secret-bearing task such as `secrets`, whose challenger passes the data owner's secrets")
+
+PARAMS = (
+    Param("c", float, None, "LP constant of 001 eq. (1): Σ_{i∋j} w_i ≤ c·μ_j; null = median of |D_j|/μ_j",
+          low=0.0, low_inclusive=False, nullable=True),
+    Param("batch_size", int, 16, "expected records per step B", low=1),
+    Param("epochs", float, 4.0, "steps T = round(epochs · records / batch_size)", low=0.0, low_inclusive=False),
+    Param("lr", float, 1e-3, "AdamW learning rate (linear decay to 0)", low=0.0, low_inclusive=False),
+    Param("clip", float, 0.1, "per-record L2 clipping norm C", low=0.0, low_inclusive=False),
+    Param("chunk_length", int, 128, "tokens per record (longer records are truncated)", low=8),
+    Param("weight_decay", float, 0.0, "AdamW weight decay", low=0.0),
+    Param("direction", str, "both", "which KL the accountant bounds: both (safe), forward (001's), reverse",
+          choices=DIRECTIONS),
+    Param("method", str, "full", "what trains: all weights or LoRA adapters (merged at release)",
+          choices=("full", "lora")),
+)
+
+
+def poisson_batches(rates: np.ndarray, steps: int, seed: int):
+    """Per-record Poisson sampling: at each step record i is in the batch independently with prob. ρ_i."""
+    gen = torch.Generator().manual_seed(seed)
+    r = torch.as_tensor(np.asarray(rates, dtype=np.float64))
+    for _ in range(int(steps)):
+        yield torch.nonzero(torch.rand(len(r), generator=gen, dtype=torch.float64) < r).flatten().tolist()
+
+
+def hush_train(model: torch.nn.Module, seqs: list[list[int]], rates: np.ndarray, *, sigma: float, clip: float,
+               batch_size: float, steps: int, lr: float, seed: int, pad_id: int, weight_decay: float = 0.0,
+               device: torch.device | None = None, desc: str = "hush", progress: bool = False) -> dict:
+    """T steps of Algorithm 2 lines 7–11 on the parameters that require grad; returns timing and counts."""
+    from defenses.dp import _Collate, _VmapDP
+    device = device or next(model.parameters()).device
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    model.train()
+    torch.manual_seed(seed)
+    noise_gen = torch.Generator(device=device).manual_seed(seed + 1)
+    dp = _VmapDP(model, opt, noise_multiplier=sigma, max_grad_norm=clip, expected_batch_size=batch_size,
+                 generator=noise_gen)
+    collate = _Collate(pad_id)
+    counts = np.zeros(len(seqs), dtype=np.int64)
+    empty, tokens, loss_val, t0 = 0, 0, float("nan"), time.perf_counter()
+    it = poisson_batches(rates, steps, seed)
+    if progress:
+        from tqdm.auto import tqdm
+        it = tqdm(it, total=steps, desc=desc, unit="step", leave=False, mininterval=1.0)
+    for step, batch in enumerate(it):
+        for g in opt.param_groups:
+            g["lr"] = lr * max(0.0, 1.0 - step / steps)
+        if batch:
+            counts[batch] += 1
+            ids, mask = collate([seqs[i] for i in batch])
+            loss = dp.backward(ids.to(device), mask.to(device))
+            if not torch.isfinite(loss):
+                raise ConfigError(f"{desc}: training loss became {loss.item()}: lower the learning rate")
+            loss_val, tokens = float(loss), tokens + int(mask.sum())
+        else:
+            empty += 1  # the release of an empty step is noise alone: still take it
+        dp.step()
+        dp.zero_grad()
+    for p in params:
+        p.grad = None
+    model.eval()
+    return {"steps": int(steps), "empty_steps": empty, "tokens": tokens, "final_loss": loss_val,
+            "seconds": round(time.perf_counter() - t0, 3), "samples": counts.tolist()}
+
+
+@register_defense("hush")
+class Hush(Defense):
+    description = ("Hush (001): per-secret (p_j, r_j) protection by an LP over example weights, Poisson "
+                   "sampling at those rates and DP-SGD noise calibrated so every secret's KL bound holds.")
+    version = "0.1.0"
+    params = PARAMS
+    code_modules = ("bench.secret_accounting", "defenses.dp")
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        self._ledger: SecretLedger | None = None
+        self._report: dict = {}
+
+    def plan(self, data, ctx: TrainContext) -> tuple[list[list[int]], list[tuple[str, ...]], dict, int]:
+        """The records, their secrets, the targets of the secrets present, and T."""
+        if data.secrets is None or data.secret_targets is None:
+            raise ConfigError(MISSING)
+        seqs = ctx.encode(data.texts, self.chunk_length)
+        keep = [i for i, s in enumerate(seqs) if len(s) >= 2]
+        if not keep:
+            raise ConfigError("hush: no adaptation record has 2 or more tokens: check the adaptation data")
+        seqs = [seqs[i] for i in keep]
+        secrets = [tuple(data.secrets[i]) for i in keep]
+        present = {s for ss in secrets for s in ss}
+        unknown = present - set(data.secret_targets)
+        if unknown:
+            raise ConfigError(f"hush: {len(unknown)} secrets (e.g. {sorted(unknown)[0]!r}) have no (p, r) target "
+                              f"in AdaptationData.secret_targets: give every secret a target")
+        targets = {s: tuple(map(float, data.secret_targets[s])) for s in present}
+        if not targets:
+            raise ConfigError(MISSING)
+        if self.batch_size > len(seqs):
+            raise ConfigError(f"hush: batch_size {self.batch_size} exceeds the {len(seqs)} records: lower it")
+        steps = max(1, int(round(self.epochs * len(seqs) / self.batch_size)))
+        return seqs, secrets, targets, steps
+
+    def adapt(self, model, data, ctx: TrainContext):
+        seqs, secrets, targets, steps = self.plan(data, ctx)
+        t0 = time.perf_counter()
+        ledger, rho = account(secrets, targets, batch_size=self.batch_size, steps=steps, c=self.c,
+                              direction=self.direction)
+        account_s = time.perf_counter() - t0
+        desc = f"adapt: hush sigma={ledger.sigma:.3g}"
+        total = sum(p.numel() for p in model.parameters())
+        kw = dict(sigma=ledger.sigma, clip=self.clip, batch_size=self.batch_size, steps=steps, lr=self.lr,
+                  seed=ctx.seed, pad_id=ctx.pad_id, weight_decay=self.weight_decay, device=ctx.device, desc=desc,
+                  progress=ctx.progress)
+        if self.method == "lora":
+            from peft import LoraConfig, get_peft_model
+
+            from defenses.dp import LORA_TARGETS
+            peft_model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, lora_dropout=0.0,
+                                                          target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
+            trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
+            train = hush_train(peft_model, seqs, rho, **kw)
+            out = peft_model.merge_and_unload()
+            for p in out.parameters():
+                p.requires_grad_(True)
+        else:
+            for p in model.parameters():
+                p.requires_grad_(True)
+            trainable = total
+            train = hush_train(model, seqs, rho, **kw)
+            out = model
+        samples = np.asarray(train.pop("samples"), dtype=float)
+        self._ledger = ledger
+        self._report = {"method": self.method, "train": train, "trainable_params": trainable, "total_params": total,
+                        "accounting_seconds": round(account_s, 3), "ledger": ledger.summary(),
+                        "secrets": ledger.secrets,
+                        "empirical_rate_mean_abs_error": float(np.abs(samples / steps - rho).mean())}
+        return out
+
+    def guarantee(self) -> dict[str, Any] | None:
+        if self._ledger is None:
+            return None
+        s = self._ledger.summary()
+        return {"name": "secret_reconstruction", "value": s["max_bound"], **s,
+                "per_secret": {k: {"r_bound": v["r_bound"], "r_target": v["r_target"], "p": v["p"],
+                                   "n_records": v["n_records"]} for k, v in self._ledger.secrets.items()},
+                "note": "value = max over secrets of the posterior reconstruction bound (001 Lemma 3.2)"}
+
+
+if __name__ == "__main__":  # python -m defenses.hush: 001's comparison, Hush σ vs plain DP-SGD σ
+    import json
+    import sys
+
+    from bench.secret_accounting import compare_with_dpsgd
+
+    def _world(n_secrets: int = 200, n: int = 4000, seed: int = 0) -> tuple[list, dict]:
+        """Secret-bearing records as in 001 section 5.1: Zipf-like counts, p = 1e-10, r ~ U[2e-4, 1e-3]."""
+        rng = np.random.default_rng(seed)
+        secrets: list[list[str]] = [[] for _ in range(n)]
+        for j in range(n_secrets):
+            k = int(min(n // 10, 1 + rng.zipf(1.6)))
+            for i in rng.choice(n, size=k, replace=False):
+                secrets[i].append(f"s{j}")
+        targets = {f"s{j}": (1e-10, float(rng.uniform(2e-4, 1e-3))) for j in range(n_secrets)}
+        return secrets, targets
+
+    secrets, targets = _world()
+    cs = [float(x) for x in sys.argv[1:]] or [None]
+    for c in cs:
+        out = compare_with_dpsgd(secrets, targets, batch_size=64, steps=1000, c=c)
+        print(json.dumps({k: v for k, v in out.items() if k not in ("hush", "dpsgd")} |
+                         {"hush_max_bound": out["hush"]["max_bound"], "dpsgd_max_bound": out["dpsgd"]["max_bound"]}))
