@@ -42,6 +42,30 @@ def tokenizer_key(spec: ModelSpec, data: TaskData) -> str:
                         spec.vocab_size, TOKENIZER_CHARS)
 
 
+# -- content keys: computable without building, so the plan (bench/plan.py) names every job by its artifact's key
+def pretrained_key(spec: ModelSpec, data: TaskData, tok_key: str | None, inserts: list[str], seed: int) -> str:
+    if spec.source == "hf":
+        return content_hash("hf", spec.hf_id, spec.revision, spec.gguf_file)
+    return content_hash("pretrained", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
+                        spec.pretrain_tokens, spec.pretrain_epochs,
+                        spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok_key,
+                        pretrain_fingerprint(data), sorted(text_hash(t) for t in inserts), seed)
+
+
+def reference_key(spec: ModelSpec, tok_key: str, texts) -> str:
+    return content_hash("reference", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
+                        spec.reference_tokens, spec.pretrain_epochs,
+                        spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok_key,
+                        [text_hash(t) for t in texts[:50_000]], len(texts))
+
+
+def adapted_key(spec: ModelSpec, base_key: str, defense: Defense, data: AdaptationData, seed: int) -> str:
+    return content_hash("adapted", CACHE_SCHEMA, module_hash(*TRAINING_CODE, type(defense).__module__,
+                                                             *getattr(defense, "code_modules", ())), base_key,
+                        defense.name, defense.version, defense.config,
+                        *data.key_parts(), seed, spec.context_length, spec.autocast_bf16)
+
+
 def ensure_tokenizer(cache: ArtifactCache, spec: ModelSpec, data: TaskData) -> tuple[Path, str]:
     """Byte-level BPE trained on the pretraining partition only (targets never shape the vocabulary)."""
     key = tokenizer_key(spec, data)
@@ -93,11 +117,8 @@ def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok
                       progress: bool = True) -> tuple[Path, str]:
     """θ: trained from scratch on S ∪ {a=1 targets}; or a released checkpoint for ``source: hf``."""
     if spec.source == "hf":
-        return spec.hf_id, content_hash("hf", spec.hf_id, spec.revision, spec.gguf_file)
-    key = content_hash("pretrained", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
-                       spec.pretrain_tokens, spec.pretrain_epochs,
-                       spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1],
-                       pretrain_fingerprint(data), sorted(text_hash(t) for t in inserts), seed)
+        return spec.hf_id, pretrained_key(spec, data, None, inserts, seed)
+    key = pretrained_key(spec, data, tok[1], inserts, seed)
     path = cache.get_or_build("pretrained", key, lambda tmp: _scratch_pretrain(
         tmp, spec, tok[0], data.pretrain, inserts, spec.pretrain_tokens, seed, device,
         desc=f"pretrain {spec.name} seed {seed}", progress=progress))
@@ -109,10 +130,7 @@ def ensure_reference(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok:
                      texts: tuple[str, ...] | None = None) -> tuple[Path, str]:
     """The attacker's reference model: the same public recipe, trained on attacker-owned population data."""
     texts = data.population if texts is None else texts
-    key = content_hash("reference", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
-                       spec.reference_tokens, spec.pretrain_epochs,
-                       spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1],
-                       [text_hash(t) for t in texts[:50_000]], len(texts))
+    key = reference_key(spec, tok[1], texts)
     path = cache.get_or_build("reference", key, lambda tmp: _scratch_pretrain(
         tmp, spec, tok[0], texts, [], spec.reference_tokens, 1_000_003, device,
         desc=f"reference {spec.name}", progress=progress))
@@ -123,10 +141,7 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
                    data: AdaptationData, seed: int, device: torch.device,
                    progress: bool = True) -> tuple[Path, str, dict]:
     """θ' = defense.adapt(θ, D̃): a plain Hugging Face checkpoint, or a :class:`Release` directory."""
-    key = content_hash("adapted", CACHE_SCHEMA, module_hash(*TRAINING_CODE, type(defense).__module__,
-                                                                  *getattr(defense, "code_modules", ())), base[1],
-                       defense.name, defense.version, defense.config,
-                       *data.key_parts(), seed, spec.context_length, spec.autocast_bf16)
+    key = adapted_key(spec, base[1], defense, data, seed)
 
     def build(tmp: Path) -> None:
         released = spec.source == "hf" and str(base[0]) == str(spec.hf_id)
