@@ -43,6 +43,44 @@ def tokenizer_key(spec: ModelSpec, data: TaskData) -> str:
                         spec.vocab_size, TOKENIZER_CHARS)
 
 
+# -- content keys: computable without building, so the plan (bench/plan.py) names every job by its artifact's key
+def pretrained_key(spec: ModelSpec, data: TaskData, tok_key: str | None, inserts: list[str], seed: int,
+                   defense: Defense | None = None) -> str:
+    """θ's cache key; a pretraining-stage defense adds its name, version, config and code to the undefended parts."""
+    if spec.source == "hf":
+        return content_hash("hf", spec.hf_id, spec.revision, spec.gguf_file)
+    parts = ["pretrained", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
+             spec.pretrain_tokens, spec.pretrain_epochs,
+             spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok_key,
+             pretrain_fingerprint(data), sorted(text_hash(t) for t in inserts), seed]
+    if pretrains(defense):
+        parts += ["pretrain_defense", defense.name, defense.version, defense.config,
+                  module_hash(type(defense).__module__, *getattr(defense, "code_modules", ()))]
+    return content_hash(*parts)
+
+
+def reference_key(spec: ModelSpec, tok_key: str, texts) -> str:
+    return content_hash("reference", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
+                        spec.reference_tokens, spec.pretrain_epochs,
+                        spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok_key,
+                        [text_hash(t) for t in texts[:50_000]], len(texts))
+
+
+def defense_view(defense: Defense, data: AdaptationData) -> AdaptationData:
+    """What ``defense`` receives: held-back validation records only if it declares ``uses_validation``."""
+    if not getattr(defense, "uses_validation", False):
+        return dataclasses.replace(data, validation=None)
+    return data
+
+
+def adapted_key(spec: ModelSpec, base_key: str, defense: Defense, data: AdaptationData, seed: int) -> str:
+    data = defense_view(defense, data)
+    return content_hash("adapted", CACHE_SCHEMA, module_hash(*TRAINING_CODE, type(defense).__module__,
+                                                             *getattr(defense, "code_modules", ())), base_key,
+                        defense.name, defense.version, defense.config,
+                        *data.key_parts(), seed, spec.context_length, spec.autocast_bf16)
+
+
 def ensure_tokenizer(cache: ArtifactCache, spec: ModelSpec, data: TaskData) -> tuple[Path, str]:
     """Byte-level BPE trained on the pretraining partition only (targets never shape the vocabulary)."""
     key = tokenizer_key(spec, data)
@@ -136,17 +174,9 @@ def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok
             from bench.errors import ConfigError
             raise ConfigError(f"defense '{defense.name}' acts at pretraining but model '{spec.name}' is a released "
                               f"checkpoint that privbench does not pretrain: use a scratch model (e.g. nano)")
-        return spec.hf_id, content_hash("hf", spec.hf_id, spec.revision, spec.gguf_file)
-    parts = ["pretrained", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
-             spec.pretrain_tokens, spec.pretrain_epochs,
-             spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1],
-             pretrain_fingerprint(data), sorted(text_hash(t) for t in inserts), seed]
-    if pretrains(defense):
-        parts += ["pretrain_defense", defense.name, defense.version, defense.config,
-                  module_hash(type(defense).__module__, *getattr(defense, "code_modules", ()))]
-    else:
-        defense = None
-    key = content_hash(*parts)
+        return spec.hf_id, pretrained_key(spec, data, None, inserts, seed)
+    key = pretrained_key(spec, data, tok[1], inserts, seed, defense)
+    defense = defense if pretrains(defense) else None
     label = f" ({defense.name})" if defense is not None else ""
     path = cache.get_or_build("pretrained", key, lambda tmp: _scratch_pretrain(
         tmp, spec, tok[0], data.pretrain, inserts, spec.pretrain_tokens, seed, device,
@@ -159,10 +189,7 @@ def ensure_reference(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok:
                      texts: tuple[str, ...] | None = None) -> tuple[Path, str]:
     """The attacker's reference model: the same public recipe, trained on attacker-owned population data."""
     texts = data.population if texts is None else texts
-    key = content_hash("reference", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
-                       spec.reference_tokens, spec.pretrain_epochs,
-                       spec.pretrain_lr, spec.pretrain_batch_size, spec.autocast_bf16, tok[1],
-                       [text_hash(t) for t in texts[:50_000]], len(texts))
+    key = reference_key(spec, tok[1], texts)
     path = cache.get_or_build("reference", key, lambda tmp: _scratch_pretrain(
         tmp, spec, tok[0], texts, [], spec.reference_tokens, 1_000_003, device,
         desc=f"reference {spec.name}", progress=progress))
@@ -173,12 +200,8 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
                    data: AdaptationData, seed: int, device: torch.device,
                    progress: bool = True) -> tuple[Path, str, dict]:
     """θ' = defense.adapt(θ, D̃): a plain Hugging Face checkpoint, or a :class:`Release` directory."""
-    if not getattr(defense, "uses_validation", False):  # only a defense that validates sees held-back data
-        data = dataclasses.replace(data, validation=None)
-    key = content_hash("adapted", CACHE_SCHEMA, module_hash(*TRAINING_CODE, type(defense).__module__,
-                                                                  *getattr(defense, "code_modules", ())), base[1],
-                       defense.name, defense.version, defense.config,
-                       *data.key_parts(), seed, spec.context_length, spec.autocast_bf16)
+    data = defense_view(defense, data)
+    key = adapted_key(spec, base[1], defense, data, seed)
 
     def build(tmp: Path) -> None:
         released = spec.source == "hf" and str(base[0]) == str(spec.hf_id)

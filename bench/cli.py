@@ -58,16 +58,22 @@ def run(
                                                               "~/.cache/privbench)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output; print only the report."),
     report: bool = typer.Option(True, "--report/--no-report", help="Print a summary of the run at the end."),
+    executor: str = typer.Option("local", "--executor", help="Where jobs run: local (in process) or ray."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Join this Ray cluster (e.g. auto, "
+                                              "ray://host:10001) instead of starting a local Ray instance."),
 ) -> None:
     """Run every (defense, attack) pair of a suite on every game and store scores, metrics and utility."""
     from bench.cache import ArtifactCache
+    from bench.executors import make_executor
     from bench.report import summarize
     from bench.runner import Runner
     from bench.suite import load_suite
 
+    runner_executor = make_executor(executor, ray_address=ray_address)
     s = load_suite(suite)
     store = _store(db)
-    runner = Runner(s, store, ArtifactCache(cache), command=" ".join(["privbench"] + sys.argv[1:]), quiet=quiet)
+    runner = Runner(s, store, ArtifactCache(cache), command=" ".join(["privbench"] + sys.argv[1:]), quiet=quiet,
+                    executor=runner_executor)
     result = runner.run()
     if report:
         rows = store.metric_rows(result.run_id)
@@ -76,6 +82,38 @@ def run(
         typer.echo(_utility_table(store.utility_rows(result.run_id)))
         typer.echo(f"\nrun {result.run_id} ({result.status}) in {result.seconds:.1f}s; "
                    f"`privbench show {result.run_id} --format json` prints every metric row.")
+
+
+@app.command()
+def plan(
+    suite: str = typer.Option(..., "--suite", "-s", help="Bundled suite name (smoke, quick) or path to a YAML file."),
+    db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),
+    cache: Optional[str] = typer.Option(None, "--cache", help="Artifact cache dir (default $PRIVBENCH_CACHE or "
+                                                              "~/.cache/privbench)."),
+    summary: bool = typer.Option(False, "--summary", help="Print only the totals per job kind."),
+) -> None:
+    """Print a suite's job graph: jobs, their keys and dependencies, and which the cache or database hold."""
+    from bench.cache import ArtifactCache
+    from bench.plan import build_plan
+    from bench.runner import Runner
+    from bench.suite import load_suite
+
+    s = load_suite(suite)
+    store = _store(db)
+    runner = Runner(s, store, ArtifactCache(cache), quiet=True)
+    run_id = _run_id_for_key(store, runner.run_key)
+    if run_id is not None:
+        runner.done_evals = {e["eval_key"] for e in store.evaluations(run_id)}
+    typer.echo(build_plan(runner, run_id).describe(verbose=not summary))
+
+
+def _run_id_for_key(store, run_key: str):
+    """The id of the run with this exact run key, or None (nothing of it stored yet)."""
+    try:
+        run_id = store.resolve_run(run_key)
+    except PrivbenchError:
+        return None
+    return run_id if store.run_info(run_id).get("run_key") == run_key else None
 
 
 def _utility_table(rows: list[dict]) -> str:

@@ -69,28 +69,40 @@ class SignalCache:
     """Disk cache of :class:`TokenSignals`, keyed by (model fingerprint, text hash).
 
     One directory per model; each scoring call that computes new texts adds one
-    shard written atomically. Lookups load the shards of that model once.
+    shard, written to a unique temporary name, checksummed and renamed into place
+    (bench/signals.py), so a killed run or a concurrent writer never leaves a shard
+    that a reader trusts. A lookup that misses re-scans the directory for shards
+    other processes (Ray workers) added since, before anything is recomputed.
     """
 
     def __init__(self, root: Path | None) -> None:
         self.root = root
         self._mem: dict[str, dict[str, TokenSignals]] = {}
+        self._seen: dict[str, set[str]] = {}
+
+    def _scan(self, fp: str) -> None:
+        table = self._mem.setdefault(fp, {})
+        seen = self._seen.setdefault(fp, set())
+        if self.root is None or not (self.root / fp).is_dir():
+            return
+        for shard in sorted((self.root / fp).glob("*.npz")):
+            if shard.name in seen:
+                continue
+            try:
+                table.update(load_signals(shard))
+                seen.add(shard.name)
+            except Exception:  # a corrupt shard is ignored and recomputed, never trusted
+                shard.unlink(missing_ok=True)
 
     def _load(self, fp: str) -> dict[str, TokenSignals]:
-        if fp in self._mem:
-            return self._mem[fp]
-        table: dict[str, TokenSignals] = {}
-        if self.root is not None and (self.root / fp).is_dir():
-            for shard in sorted((self.root / fp).glob("*.npz")):
-                try:
-                    table.update(load_signals(shard))
-                except Exception:  # a corrupt shard is ignored and recomputed, never trusted
-                    shard.unlink(missing_ok=True)
-        self._mem[fp] = table
-        return table
+        if fp not in self._mem:
+            self._scan(fp)
+        return self._mem[fp]
 
     def lookup(self, fp: str, keys: Sequence[str]) -> dict[str, TokenSignals]:
         table = self._load(fp)
+        if any(k not in table for k in keys):
+            self._scan(fp)
         return {k: table[k] for k in keys if k in table}
 
     def add(self, fp: str, new: dict[str, TokenSignals]) -> None:
@@ -99,13 +111,21 @@ class SignalCache:
         self._load(fp).update(new)
         if self.root is None:
             return
+        import os
+        import tempfile
         d = self.root / fp
         d.mkdir(parents=True, exist_ok=True)
         keys = sorted(new)
-        name = content_hash(keys)
-        tmp = d / f".{name}.tmp"
-        save_signals(tmp, keys, [new[k] for k in keys])
-        tmp.replace(d / f"{name}.npz")
+        name = f"{content_hash(keys)}.npz"
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=d)  # unique: writers never share it
+        os.close(fd)
+        try:
+            save_signals(Path(tmp), keys, [new[k] for k in keys])
+            os.replace(tmp, d / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._seen.setdefault(fp, set()).add(name)
 
 
 class HFLanguageModel(LanguageModel):
@@ -123,9 +143,16 @@ class HFLanguageModel(LanguageModel):
         self.add_bos = add_bos and tokenizer.bos_token_id is not None
         self._cache = cache or SignalCache(None)
         self.progress = progress
+        self.fingerprint = self.fingerprint_for(fingerprint, max_length=max_length, add_bos=self.add_bos,
+                                                autocast_bf16=autocast_bf16)
+
+    @staticmethod
+    def fingerprint_for(key: str, *, max_length: int, add_bos: bool, autocast_bf16: bool = False) -> str:
+        """The handle's fingerprint from its artifact key and scoring settings, computable without loading the
+        model (the plan uses it to name evaluation jobs by the key the runner stores)."""
         from bench.hashing import module_hash
-        self.fingerprint = content_hash({"model": fingerprint, "max_length": max_length, "bos": self.add_bos,
-                                         "bf16": autocast_bf16, "code": module_hash("bench.lm", "bench.signals")})
+        return content_hash({"model": key, "max_length": max_length, "bos": add_bos, "bf16": autocast_bf16,
+                             "code": module_hash("bench.lm", "bench.signals")})
 
     # -- tokenisation ----------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -181,9 +208,20 @@ class HFLanguageModel(LanguageModel):
             pairs = [self.encode_with_prefix(prefix, t) for t in texts]
             encoded, starts = [e for e, _ in pairs], [s for _, s in pairs]
         order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))  # length-sorted batches waste no padding
-        out: dict[str, TokenSignals] = {}
         pad = self._tok.pad_token_id if self._tok.pad_token_id is not None else 0
-        batches = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        from bench.device import run_with_oom_backoff
+        return run_with_oom_backoff(lambda bs: self._score_batches(order, encoded, starts, keys, pad, bs),
+                                    self.batch_size, self.device, on_shrink=self._remember_batch_size)
+
+    def _remember_batch_size(self, batch_size: int) -> None:
+        """The largest batch that fitted: later calls start from it instead of running out of memory again.
+        Only a CUDA out-of-memory error shrinks it, so CPU runs (and their stored scores) never see a change."""
+        self.batch_size = batch_size
+
+    def _score_batches(self, order: list[int], encoded: list[list[int]], starts: list[int], keys: list[str],
+                       pad: int, batch_size: int) -> dict[str, TokenSignals]:
+        out: dict[str, TokenSignals] = {}
+        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
         it = batches
         if self.progress and len(batches) > 4:
             from tqdm.auto import tqdm

@@ -1,8 +1,12 @@
 """Runs a suite: worlds → θ, reference, θ' per defense → every game × attack → scores, metrics, utility.
 
-The runner is the single writer of the database. Every evaluation is keyed by
-content, so a rerun skips what is stored and a killed run resumes where it
-stopped; model artifacts and per-token signals come from the cache.
+The runner is the single writer of the database. Its structure is a job graph
+(bench/plan.py): each job is one of the runner's job functions below, named by
+the content key of what it produces; an executor (bench/executors.py: in-process
+or Ray) runs the jobs and hands their rows back to the runner, which writes them.
+Every evaluation is keyed by content, so a rerun skips what is stored and a
+killed run resumes where it stopped; model artifacts and per-token signals come
+from the cache.
 """
 
 from __future__ import annotations
@@ -11,14 +15,16 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from collections import OrderedDict
+from dataclasses import dataclass, field
 
 import torch
 
 from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference, ensure_tokenizer, pretrains
 from bench.attack import run_attack
 from bench.cache import ArtifactCache
-from bench.device import select_device, set_threads, tune_allocator
+from bench.device import (configure_determinism, release_memory, score_bf16, select_device, set_threads,
+                          tune_allocator)
 from bench.errors import ConfigError, DataError, PluginError, PrivbenchError
 from bench.game import AdaptationData, Challenger, ShadowSet
 from bench.lm import SHADOW_MODELS
@@ -28,10 +34,10 @@ from bench.metrics import exposure_metrics, membership_metrics
 from bench.modeling import ModelSpec, load_model
 from bench.release import is_release, load_release
 from bench.store import Store
-from bench.utility import generation_metrics, heldout_metrics
 from bench.matching import candidate_params, pick
 from bench.registry import DEFENSES
 from bench.suite import PluginEntry, Suite
+from bench.utility import generation_metrics, heldout_metrics
 
 
 @dataclass
@@ -55,9 +61,22 @@ def _log(msg: str) -> None:
     print(f"[privbench] {msg}", file=sys.stderr, flush=True)
 
 
+@dataclass
+class JobResult:
+    """What a job hands back to the driver: rows to write (table, fields) and evaluation counts."""
+
+    writes: list[tuple[str, dict]] = field(default_factory=list)
+    new: int = 0
+    skipped: int = 0
+
+
+#: language models kept loaded at once per process; older ones are dropped and their memory released
+LM_MEMO_SIZE = 4
+
+
 class Runner:
-    def __init__(self, suite: Suite, store: Store, cache: ArtifactCache, *, command: str | None = None,
-                 quiet: bool = False) -> None:
+    def __init__(self, suite: Suite, store: Store | None, cache: ArtifactCache, *, command: str | None = None,
+                 quiet: bool = False, executor=None) -> None:
         self.suite = suite
         self.store = store
         self.cache = cache
@@ -65,6 +84,10 @@ class Runner:
         self.command = command
         self.quiet = quiet
         self.code_version = code_version()
+        self.executor = executor  # None: in-process (bench.executors.LocalExecutor)
+        self.done_evals: set[str] = set()
+        self._memo: dict = {}
+        self._lms: OrderedDict[str, HFLanguageModel] = OrderedDict()
 
     def log(self, msg: str) -> None:
         if not self.quiet:
@@ -73,6 +96,10 @@ class Runner:
     @property
     def run_key(self) -> str:
         return content_hash(self.suite.config, self.code_version)
+
+    @property
+    def device(self) -> torch.device:
+        return select_device(self.suite.device)
 
     def plugin_versions(self) -> dict[str, str]:
         s = self.suite
@@ -84,6 +111,7 @@ class Runner:
     def run(self) -> RunResult:
         set_threads()
         tune_allocator()
+        configure_determinism()
         t0 = time.perf_counter()
         s = self.suite
         run_id, previous = self.store.begin_run(
@@ -107,47 +135,156 @@ class Runner:
         self.log(f"run {run_id} complete in {dt:.1f}s: {self._new} new evaluations, {self._skipped} already stored")
         return RunResult(run_id, "complete", self._new, self._skipped, dt)
 
+    def _run(self, run_id: int) -> None:
+        from bench.executors import LocalExecutor
+        from bench.plan import build_plan
+        self.done_evals = {e["eval_key"] for e in self.store.evaluations(run_id)}
+        plan = build_plan(self, run_id)
+        self.log(f"plan: {len(plan.jobs)} jobs, {sum(j.done for j in plan.jobs.values())} already done")
+        self._skipped += sum(j.done for j in plan.jobs.values() if j.kind == "evaluate")
+        (self.executor or LocalExecutor()).execute(self, plan, lambda job, res: self.apply(run_id, job, res))
+
+    def apply(self, run_id: int, job, result: JobResult) -> None:
+        """The driver's side of a finished job: write its rows (the driver is the database's only writer)."""
+        for table, fields in result.writes:
+            if table == "evaluation":
+                self.store.write_evaluation(run_id, **fields)
+            elif table == "utility":
+                self.store.write_utility(run_id, **fields)
+            elif table == "guarantee":
+                self.store.write_guarantee(run_id, **fields)
+            else:  # pragma: no cover - a job function bug
+                raise PluginError(f"job {job.label} returned rows for unknown table {table!r}: fix the job function")
+        self._new += result.new
+        self._skipped += result.skipped
+
+    # -- state a job function needs, rebuilt from the cache in any process, memoized -------------------
+    def _once(self, key, make):
+        if key not in self._memo:
+            self._memo[key] = make()
+        return self._memo[key]
+
+    def _data(self, ti: int):
+        t = self.suite.tasks[ti]
+        return self._once(("data", ti), lambda: t.instance.build(self.cache))
+
+    def _tokenizer(self, ti: int, mi: int):
+        spec = self.suite.models[mi]
+        if spec.source != "scratch":
+            return None
+        return self._once(("tok", ti, mi), lambda: ensure_tokenizer(self.cache, spec, self._data(ti)))
+
+    def _reference_base(self, ti: int, mi: int):
+        """(path, key) of the attacker's reference model, or None when the suite has none."""
+        s, spec = self.suite, self.suite.models[mi]
+        if not (s.reference and spec.source == "scratch"):
+            return None
+
+        def make():
+            data = self._data(ti)
+            # with shadows, the reference model trains on its own slice of the population, disjoint from
+            # the shadows' slices and from RMIA's sample Z; without them, on all of it
+            ref_texts = self._population_split(data)["reference"] if self._needs_shadows() else None
+            return ensure_reference(self.cache, spec, data, self._tokenizer(ti, mi), self.device,
+                                    progress=not self.quiet, texts=ref_texts)
+        return self._once(("ref", ti, mi), make)
+
+    def _challenger(self, ti: int, seed: int) -> Challenger:
+        return self._once(("ch", ti, seed), lambda: Challenger(self._data(ti), self.suite.world, seed))
+
+    def _base(self, ti: int, mi: int, seed: int):
+        spec = self.suite.models[mi]
+        return self._once(("base", ti, mi, seed), lambda: ensure_pretrained(
+            self.cache, spec, self._data(ti), self._tokenizer(ti, mi), self._challenger(ti, seed).pretraining_inserts(),
+            seed, self.device, progress=not self.quiet))
+
+    def _theta(self, ti: int, mi: int, seed: int, di: int | None = None):
+        """(path, key) of θ for defense ``di``: the world's shared θ, or, for a defense acting at pretraining
+        (dedup, goldfish), θ pretrained through its hooks (bench/artifacts.ensure_pretrained)."""
+        if di is None or not pretrains(self.suite.defenses[di].instance):
+            return self._base(ti, mi, seed)
+        spec, d = self.suite.models[mi], self.suite.defenses[di]
+        return self._once(("base", ti, mi, seed, d.label), lambda: ensure_pretrained(
+            self.cache, spec, self._data(ti), self._tokenizer(ti, mi), self._challenger(ti, seed).pretraining_inserts(),
+            seed, self.device, progress=not self.quiet, defense=d.instance))
+
+    def _defense(self, ti: int, mi: int, seed: int, di: int) -> PluginEntry:
+        """The defense entry of this world: as configured, or with its ``match`` parameter tuned (bench/matching.py)."""
+        d = self.suite.defenses[di]
+        if not d.match:
+            return d
+        return self._once(("defense", ti, mi, seed, di), lambda: self._matched(ti, mi, seed, di))[0]
+
+    def _matched(self, ti: int, mi: int, seed: int, di: int) -> tuple[PluginEntry, dict]:
+        """Adapt once per grid value (each cached), keep the value whose validation loss is closest to the target.
+
+        Validation records come after the ``n_heldout`` records utility is reported on: never targets, never
+        the reported utility's own data. Returns the tuned entry and its ``match`` utility row."""
+        d, spec, m = self.suite.defenses[di], self.suite.models[mi], self.suite.defenses[di].match
+        data = self._data(ti)
+        n_u = self.suite.utility["n_heldout"]
+        val = list(data.heldout[n_u: n_u + m["n_validation"]])
+        if len(val) < m["n_validation"]:
+            raise DataError(f"defense '{d.label}': matched utility needs {m['n_validation']} validation records after "
+                            f"the {n_u} utility records, but the task's held-out partition has {len(data.heldout)}: "
+                            f"lower match.n_validation or utility.n_heldout")
+        tried = []
+        for params in candidate_params(m, d.params):
+            inst = DEFENSES.create(d.name, params)
+            self.log(f"defense '{d.label}': matching utility, {m['param']} = {params[m['param']]}")
+            path, key, _ = ensure_adapted(self.cache, spec, self._theta(ti, mi, seed, di), inst,
+                                          self._challenger(ti, seed).adaptation_data(), seed, self.device,
+                                          progress=not self.quiet)
+            tried.append((params, inst, heldout_metrics(self._lm_from(path, key, spec, self.device), val)[0]["loss"]))
+        best, loss = pick([(i, t[2]) for i, t in enumerate(tried)], m["target_loss"])
+        params, inst, _ = tried[best]
+        row = dict(utility_key=content_hash(inst.key, self._theta(ti, mi, seed, di)[1], "match", m, seed),
+                   task=self.suite.tasks[ti].label, model=spec.name, defense=d.label, seed=seed, role="adapted",
+                   dataset="match", n_tokens=0,
+                   values={"validation_loss": float(loss), "target_loss": m["target_loss"],
+                           f"chosen_{m['param']}": float(params[m["param"]])})
+        return PluginEntry(d.label, d.name, params, inst, None), row
+
+    def _adapted(self, ti: int, mi: int, seed: int, di: int):
+        spec, d = self.suite.models[mi], self._defense(ti, mi, seed, di)
+        return self._once(("adapted", ti, mi, seed, di), lambda: ensure_adapted(
+            self.cache, spec, self._theta(ti, mi, seed, di), d.instance, self._challenger(ti, seed).adaptation_data(),
+            seed, self.device, progress=not self.quiet))
+
+    def _heldout(self, ti: int) -> list[str]:
+        return list(self._data(ti).heldout[: self.suite.utility["n_heldout"]])
+
+    def _warm(self, ti: int, seed: int) -> list[str]:
+        """Texts every model of a world is scored on once, before any attack: targets and held-out data."""
+        return self._challenger(ti, seed).target_texts() + self._heldout(ti)
+
+    def _lm_from(self, path, key: str, spec: ModelSpec, device) -> HFLanguageModel:
+        """A loaded model, kept among the last few used; dropping one releases its (GPU) memory."""
+        if key in self._lms:
+            self._lms.move_to_end(key)
+            return self._lms[key]
+        lm = self._lm(path, key, spec, device)
+        self._lms[key] = lm
+        while len(self._lms) > LM_MEMO_SIZE:
+            self._lms.popitem(last=False)
+            release_memory(device)
+        return lm
+
     # -------------------------------------------------------------------------------------------
     def _lm(self, path, key: str, spec: ModelSpec, device) -> HFLanguageModel:
         if is_release(path):  # an aggregate or adapter release (bench/release.py): loaded by its kind's loader
             def make_lm(model, tok, suffix: str = "") -> HFLanguageModel:
                 return HFLanguageModel(model, tok, fingerprint=content_hash(key, suffix) if suffix else key,
                                        max_length=spec.context_length, batch_size=spec.score_batch_size,
-                                       device=device, cache=self.signals, progress=not self.quiet)
+                                       device=device, autocast_bf16=score_bf16(device), cache=self.signals,
+                                       progress=not self.quiet)
             return load_release(path, device=device, fingerprint=key, make_lm=make_lm)
         hf = spec.source == "hf" and str(path) == str(spec.hf_id)  # the released checkpoint itself
         model, tok = load_model(path, revision=spec.revision if hf else None, device=device,
                                 gguf_file=spec.gguf_file if hf else None)
         return HFLanguageModel(model, tok, fingerprint=key, max_length=spec.context_length,
-                               batch_size=spec.score_batch_size, device=device, cache=self.signals,
-                               progress=not self.quiet)
-
-    def _run(self, run_id: int) -> None:
-        s = self.suite
-        device = select_device(s.device)
-        self._ood_heldout = None
-        if s.utility_ood is not None:
-            ood = s.utility_ood.instance.build(self.cache)
-            self._ood_heldout = (s.utility_ood.label, list(ood.heldout[: s.utility["n_heldout"]]))
-        for task_entry in s.tasks:
-            self.log(f"task '{task_entry.label}': building data")
-            data = task_entry.instance.build(self.cache)
-            self._check_world(task_entry.label, data)
-            for spec in s.models:
-                tok = ensure_tokenizer(self.cache, spec, data) if spec.source == "scratch" else None
-                reference = None
-                if s.reference and spec.source == "scratch":
-                    self.log(f"model '{spec.name}': attacker reference model on population data")
-                    # with shadows, the reference model trains on its own slice of the population, disjoint from
-                    # the shadows' slices and from RMIA's sample Z; without them, on all of it
-                    ref_texts = self._population_split(data)["reference"] if self._needs_shadows() else None
-                    ref_path, ref_key = ensure_reference(self.cache, spec, data, tok, device,
-                                                         progress=not self.quiet, texts=ref_texts)
-                    reference = self._lm(ref_path, ref_key, spec, device)
-                    ref_base = (ref_path, ref_key)  # where shadows of the attacker's own model start from
-                for seed in s.seeds:
-                    self._world(run_id, task_entry.label, data, spec, tok, reference, seed, device,
-                                ref_base if reference is not None else None)
+                               batch_size=spec.score_batch_size, device=device, autocast_bf16=score_bf16(device),
+                               cache=self.signals, progress=not self.quiet)
 
     def _population_split(self, data) -> dict:
         """Attacker-owned data, split once: Z (RMIA's population sample), one slice per shadow, the rest for the
@@ -164,17 +301,46 @@ class Runner:
     def _needs_shadows(self) -> bool:
         return any(SHADOW_MODELS in a.instance.requires for a in self.suite.attacks)
 
-    def _shadows(self, spec, data, d, base: tuple, reference, device, label: str) -> ShadowSet:
+    def _shadow_base(self, ti: int, mi: int, seed: int, which: str, di: int | None = None):
+        return self._theta(ti, mi, seed, di) if which == "base" else self._reference_base(ti, mi)
+
+    def _shadow_model(self, ti: int, mi: int, seed: int, di: int, which: str, i: int):
+        """Shadow i: the defense's public recipe applied by the attacker to its own population slice i."""
+        spec, d = self.suite.models[mi], self._defense(ti, mi, seed, di)
+        texts = self._population_split(self._data(ti))["shadow"][i]
+        return self._once(("shadow", ti, mi, seed, di, which, i), lambda: ensure_adapted(
+            self.cache, spec, self._shadow_base(ti, mi, seed, which, di), d.instance, AdaptationData(texts), 10_000 + i,
+            self.device, progress=not self.quiet))
+
+    def _shadows(self, ti: int, mi: int, seed: int, di: int, which: str, label: str) -> ShadowSet:
         """Shadow models: the defense's public recipe applied by the attacker to its own population slices."""
-        split = self._population_split(data)
+        spec = self.suite.models[mi]
+        split = self._population_split(self._data(ti))
         models, members = [], []
         for i, texts in enumerate(split["shadow"]):
-            path, key, _ = ensure_adapted(self.cache, spec, base, d.instance, AdaptationData(texts), 10_000 + i,
-                                          device, progress=not self.quiet)
-            lm = self._lm(path, key, spec, device)
-            models.append(lm)
+            path, key, _ = self._shadow_model(ti, mi, seed, di, which, i)
+            models.append(self._lm_from(path, key, spec, self.device))
             members.append(texts)
         return ShadowSet(tuple(models), tuple(members), split["z"], label)
+
+    def _shadow_sets(self, ti: int, mi: int, seed: int, di: int) -> dict[str, ShadowSet] | None:
+        if not (self._needs_shadows() and self._reference_base(ti, mi) is not None):
+            return None
+        split = self._population_split(self._data(ti))
+        reference = self._model_lm_memo(ti, mi, seed, "reference")
+        return {"pretrain": ShadowSet((reference,), (split["reference"],), split["z"], "attacker reference"),
+                "base": self._shadows(ti, mi, seed, di, "base", "released θ"),
+                "reference": self._shadows(ti, mi, seed, di, "reference", "attacker reference")}
+
+    def _model_lm_memo(self, ti, mi, seed, role, di=None) -> HFLanguageModel:
+        spec = self.suite.models[mi]
+        if role == "pretrained":
+            path, key = self._theta(ti, mi, seed, di)
+        elif role == "reference":
+            path, key = self._reference_base(ti, mi)
+        else:
+            path, key, _ = self._adapted(ti, mi, seed, di)
+        return self._lm_from(path, key, spec, self.device)
 
     def _check_world(self, task_label: str, data) -> None:
         """Refuse, before any training, games or models a task's membership structure cannot honour."""
@@ -191,107 +357,108 @@ class Runner:
                                   f"model '{spec.name}' is trained from scratch on other data: use the released "
                                   f"model (e.g. a Pythia spec with hf_id)")
 
-    def _world(self, run_id, task_label, data, spec, tok, reference, seed, device, ref_base=None) -> None:
-        s = self.suite
-        ch = Challenger(data, s.world, seed)
-        heldout = list(data.heldout[: s.utility["n_heldout"]])
-        self.log(f"world {ch.world_key} (task {task_label}, model {spec.name}, seed {seed}): pretraining θ")
-        base_path, base_key = ensure_pretrained(self.cache, spec, data, tok, ch.pretraining_inserts(), seed, device,
-                                                 progress=not self.quiet)
-        theta = self._lm(base_path, base_key, spec, device)
-        warm = ch.target_texts() + heldout
-        theta.token_signals(warm)
-        if reference is not None:
-            reference.token_signals(warm)
-        common = dict(task=task_label, model=spec.name, seed=seed)
-        self._utility(run_id, theta, heldout, role="pretrained", defense="-", key=base_key, **common)
-        if reference is not None:
-            self._utility(run_id, reference, heldout, role="reference", defense="-", key=reference.fingerprint,
-                          **common)
-        adaptation = ch.adaptation_data()
-        shadow_sets_by_defense: dict[str, dict[str, ShadowSet]] = {}
-        # θ per pretraining-stage defense (dedup, goldfish): its games and its adaptation use its own θ
-        thetas = {d.label: self._defended_theta(run_id, d, ch, spec, data, tok, seed, device, warm, heldout,
-                                                 (base_path, base_key, theta), common) for d in s.defenses}
-        defenses = [self._matched(run_id, d, spec, thetas[d.label][:2], adaptation, seed, device, data, common)
-                    if d.match else d for d in s.defenses]
-        if self._needs_shadows() and reference is not None:
-            split = self._population_split(data)
-            pretrain_shadows = ShadowSet((reference,), (split["reference"],), split["z"], "attacker reference")
-            for d in defenses:
-                base_path, base_key, theta = thetas[d.label]
-                self.log(f"defense '{d.label}': {s.shadows['n']} shadow models from θ and from the attacker's "
-                         f"reference")
-                shadow_sets_by_defense[d.label] = {
-                    "pretrain": pretrain_shadows,
-                    "base": self._shadows(spec, data, d, (base_path, base_key), reference, device, "released θ"),
-                    "reference": self._shadows(spec, data, d, ref_base, reference, device, "attacker reference"),
-                }
-        for d in defenses:
-            base_path, base_key, theta = thetas[d.label]
-            self.log(f"defense '{d.label}': adapting θ → θ' on {len(adaptation.texts)} records")
-            ad_path, ad_key, meta = ensure_adapted(self.cache, spec, (base_path, base_key), d.instance, adaptation,
-                                                   seed, device, progress=not self.quiet)
-            theta_p = self._lm(ad_path, ad_key, spec, device)
-            theta_p.token_signals(warm)
-            self._utility(run_id, theta_p, heldout, role="adapted", defense=d.label, key=ad_key, **common,
-                          train=meta.get("report", {}))
+    # -- job functions: one per job kind of the plan; they return rows, the driver writes them --------------
+    def run_job(self, job) -> JobResult:
+        """Run one job of the plan (in this process or a Ray worker) and return its rows."""
+        p = job.params
+        kind = job.kind
+        if kind == "data":
+            self._data(p["ti"])
+        elif kind == "tokenizer":
+            self._tokenizer(p["ti"], p["mi"])
+        elif kind == "reference":
+            self._reference_base(p["ti"], p["mi"])
+        elif kind == "pretrain":
+            self._theta(p["ti"], p["mi"], p["seed"], p.get("di"))
+        elif kind == "shadow":
+            self._shadow_model(p["ti"], p["mi"], p["seed"], p["di"], p["which"], p["i"])
+        elif kind == "adapt":
+            result = self._adapt_job(p)
+            self._after_training()
+            return result
+        elif kind == "signals":
+            self._model_lm_memo(p["ti"], p["mi"], p["seed"], p["role"], p.get("di")).token_signals(
+                self._warm(p["ti"], p["seed"]))
+        elif kind == "utility":
+            return self._utility_job(p)
+        elif kind == "evaluate":
+            return self._evaluate_job(p)
+        else:  # pragma: no cover - a plan bug
+            raise PluginError(f"plan has a job of unknown kind {kind!r}: fix bench/plan.py")
+        if kind in ("reference", "pretrain", "shadow"):
+            self._after_training()
+        return JobResult()
+
+    def _after_training(self) -> None:
+        """A training job's model, optimizer and activations are garbage once saved: give their GPU memory back
+        before the next job (on CPU there is nothing to return)."""
+        if self.device.type == "cuda":
+            release_memory(self.device)
+
+    def _common(self, p) -> dict:
+        return dict(task=self.suite.tasks[p["ti"]].label, model=self.suite.models[p["mi"]].name, seed=p["seed"])
+
+    def _adapt_job(self, p) -> JobResult:
+        d = self.suite.defenses[p["di"]]
+        self.log(f"defense '{d.label}': adapting θ → θ' (seed {p['seed']})")
+        self._adapted(p["ti"], p["mi"], p["seed"], p["di"])
+        return JobResult()  # its rows (guarantee, matched utility) come with its utility job, which the store tracks
+
+    def _utility_job(self, p) -> JobResult:
+        """Utility rows of one model; for θ' also its guarantee and matched-utility rows. The held-out row is
+        written last: its presence is what marks the job done, so a run killed in between redoes the job."""
+        role, di = p["role"], p.get("di")
+        lm = self._model_lm_memo(p["ti"], p["mi"], p["seed"], role, di)
+        writes: list[tuple[str, dict]] = []
+        if role == "pretrained":
+            key, train = self._theta(p["ti"], p["mi"], p["seed"], di)[1], None
+            defense = self.suite.defenses[di].label if di is not None else "-"
+        elif role == "reference":
+            key, defense, train = lm.fingerprint, "-", None
+        else:
+            _, key, meta = self._adapted(p["ti"], p["mi"], p["seed"], di)
+            defense, train = self.suite.defenses[di].label, meta.get("report", {})
+            if self.suite.defenses[di].match:
+                writes.append(("utility", self._once(("defense", p["ti"], p["mi"], p["seed"], di),
+                                                     lambda: self._matched(p["ti"], p["mi"], p["seed"], di))[1]))
             if meta.get("guarantee"):
                 g = meta["guarantee"]
-                self.store.write_guarantee(run_id, task=task_label, model=spec.name, defense=d.label, seed=seed,
-                                           name=str(g.get("name", "guarantee")), value=g.get("value"), details=g)
-            for game in s.games:
-                inst = ch.instance(game)
-                for a in s.attacks:
-                    self._evaluate(run_id, ch, inst, a, d, theta, theta_p, reference, data,
-                                   shadow_sets_by_defense.get(d.label), **common)
+                writes.append(("guarantee", dict(**self._common(p), defense=defense,
+                                                 name=str(g.get("name", "guarantee")), value=g.get("value"),
+                                                 details=g)))
+        rows = self._utility(None, lm, self._heldout(p["ti"]), role=role, defense=defense, key=key, **self._common(p),
+                             train=train)
+        return JobResult(writes + [("utility", row) for row in rows])
 
-    def _matched(self, run_id, d, spec, base, adaptation, seed, device, data, common):
-        """The defense entry with its ``match`` parameter tuned to the target validation loss (bench/matching.py)."""
-        m = d.match
-        n_u = self.suite.utility["n_heldout"]
-        val = list(data.heldout[n_u: n_u + m["n_validation"]])
-        if len(val) < m["n_validation"]:
-            raise DataError(f"defense '{d.label}': matched utility needs {m['n_validation']} validation records after "
-                            f"the {n_u} utility records, but the task's held-out partition has {len(data.heldout)}: "
-                            f"lower match.n_validation or utility.n_heldout")
-        tried = []
-        for params in candidate_params(m, d.params):
-            inst = DEFENSES.create(d.name, params)
-            self.log(f"defense '{d.label}': matching utility, {m['param']} = {params[m['param']]}")
-            path, key, _ = ensure_adapted(self.cache, spec, base, inst, adaptation, seed, device,
-                                          progress=not self.quiet)
-            tried.append((params, inst, heldout_metrics(self._lm(path, key, spec, device), val)[0]["loss"]))
-        best, loss = pick([(i, t[2]) for i, t in enumerate(tried)], m["target_loss"])
-        params, inst, _ = tried[best]
-        self.store.write_utility(
-            run_id, content_hash(inst.key, base[1], "match", m, seed), defense=d.label, role="adapted",
-            dataset="match", n_tokens=0, values={"validation_loss": float(loss), "target_loss": m["target_loss"],
-                                                 f"chosen_{m['param']}": float(params[m["param"]])}, **common)
-        return PluginEntry(d.label, d.name, params, inst, None)
+    def _evaluate_job(self, p) -> JobResult:
+        ti, mi, seed, di = p["ti"], p["mi"], p["seed"], p["di"]
+        s = self.suite
+        ch = self._challenger(ti, seed)
+        game = next(g for g in s.games if g.name == p["game"])
+        reference = (self._model_lm_memo(ti, mi, seed, "reference")
+                     if self._reference_base(ti, mi) is not None else None)
+        row = self._evaluate(None, ch, ch.instance(game), s.attacks[p["ai"]], self._defense(ti, mi, seed, di),
+                             self._model_lm_memo(ti, mi, seed, "pretrained", di),
+                             self._model_lm_memo(ti, mi, seed, "adapted", di), reference, self._data(ti),
+                             self._shadow_sets(ti, mi, seed, di), **self._common(p))
+        if row is None:
+            return JobResult(skipped=1)
+        return JobResult([("evaluation", row)], new=1)
 
-    def _defended_theta(self, run_id, d, ch, spec, data, tok, seed, device, warm, heldout, shared, common):
-        """(path, key, model) of θ for defense ``d``: the world's shared θ, or, for a defense acting at
-        pretraining, θ pretrained through its hooks (bench/artifacts.ensure_pretrained)."""
-        if not pretrains(d.instance):
-            return shared
-        self.log(f"defense '{d.label}' acts at pretraining: pretraining its own θ")
-        path, key = ensure_pretrained(self.cache, spec, data, tok, ch.pretraining_inserts(), seed, device,
-                                      progress=not self.quiet, defense=d.instance)
-        lm = self._lm(path, key, spec, device)
-        lm.token_signals(warm)
-        self._utility(run_id, lm, heldout, role="pretrained", defense=d.label, key=key, **common)
-        return path, key, lm
+    def eval_key(self, world_key: str, theta_fp: str, theta_p_fp: str, reference_fp: str | None, d, game: str,
+                 a) -> str:
+        """An evaluation's content key: world, every model's fingerprint, defense, game, attack, metric settings."""
+        return content_hash(world_key, theta_fp, theta_p_fp, reference_fp, d.label, d.instance.key, game, a.label,
+                            a.instance.key, self.suite.metrics)
 
     def _evaluate(self, run_id, ch, inst, a, d, theta, theta_p, reference, data, shadows, *, task, model,
-                  seed) -> None:
+                  seed) -> dict | None:
+        """Score one (game, defense, attack) cell; return its evaluation row (None when already stored)."""
         s = self.suite
-        eval_key = content_hash(ch.world_key, theta.fingerprint, theta_p.fingerprint,
-                                reference.fingerprint if reference else None, d.label, d.instance.key,
-                                inst.spec.name, a.label, a.instance.key, s.metrics)
-        if self.store.has_evaluation(run_id, eval_key):
-            self._skipped += 1
-            return
+        eval_key = self.eval_key(ch.world_key, theta.fingerprint, theta_p.fingerprint,
+                                 reference.fingerprint if reference else None, d, inst.spec.name, a)
+        if eval_key in self.done_evals:
+            return None
         t0 = time.perf_counter()
         view = ch.view(inst, requires=a.instance.requires, pretrained=theta, adapted=theta_p, reference=reference,
                        population=data.population, attack_name=a.label, shadows=shadows)
@@ -309,18 +476,24 @@ class Runner:
             rows += extraction_metrics(inst.labels, scores, a.instance.extraction_kind,
                                        id_digits=int((data.public_format or {}).get("id_digits", 10)),
                                        details=getattr(a.instance, "last_details", None), alpha=s.metrics["alpha"])
-        self.store.write_evaluation(
-            run_id, eval_key, task=task, model=model, defense=d.label, defense_params=d.instance.config, seed=seed,
-            game=inst.spec.name, attack=a.label, attack_params=a.instance.config, world_key=ch.world_key,
-            target_ids=[t.id for t in inst.targets], labels=inst.labels.tolist(), scores=scores.tolist(),
-            metrics=rows, duration_s=time.perf_counter() - t0)
-        self._new += 1
+        return dict(eval_key=eval_key, task=task, model=model, defense=d.label, defense_params=d.instance.config,
+                    seed=seed, game=inst.spec.name, attack=a.label, attack_params=a.instance.config,
+                    world_key=ch.world_key, target_ids=[t.id for t in inst.targets], labels=inst.labels.tolist(),
+                    scores=scores.tolist(), metrics=rows, duration_s=time.perf_counter() - t0)
 
     def _utility(self, run_id, lm: HFLanguageModel, heldout: list[str], *, role, defense, key, task, model, seed,
-                 train: dict | None = None) -> None:
-        """Held-out loss / perplexity / next-token accuracy, ROUGE of greedy continuations, and the same
-        losses on out-of-domain held-out data when the suite names it (bench/utility.py)."""
+                 train: dict | None = None) -> list[dict]:
+        """Utility rows of one model (bench/utility.py): out-of-domain losses when the suite names such data, then
+        held-out loss, perplexity, next-token accuracy and ROUGE of greedy continuations (last: see _utility_job)."""
         u = self.suite.utility
+        common = dict(task=task, model=model, defense=defense, seed=seed, role=role)
+        rows = []
+        ood = self._ood_heldout()
+        if ood:
+            label, texts = ood
+            values, n_tok = heldout_metrics(lm, texts)
+            rows.append(dict(utility_key=content_hash(key, "ood", label, len(texts)), dataset=f"ood:{label}",
+                             values=values, n_tokens=n_tok, **common))
         values, n_tok = heldout_metrics(lm, heldout)
         if u.get("n_generate", 0) > 0:
             values.update(generation_metrics(lm, heldout, n=u["n_generate"], prompt_tokens=u["prompt_tokens"],
@@ -328,12 +501,14 @@ class Runner:
                                              cache_dir=self.cache.root / "generations"))
         if train and "train" in train:
             values["train_seconds"] = float(train["train"].get("seconds", 0.0))
-        common = dict(task=task, model=model, defense=defense, seed=seed, role=role)
-        self.store.write_utility(run_id, content_hash(key, "heldout", len(heldout), u.get("n_generate", 0),
-                                                      u.get("prompt_tokens"), u.get("max_new_tokens")),
-                                 dataset="heldout", values=values, n_tokens=n_tok, **common)
-        if self._ood_heldout:
-            label, texts = self._ood_heldout
-            ood_values, ood_tok = heldout_metrics(lm, texts)
-            self.store.write_utility(run_id, content_hash(key, "ood", label, len(texts)), dataset=f"ood:{label}",
-                                     values=ood_values, n_tokens=ood_tok, **common)
+        rows.append(dict(utility_key=content_hash(key, "heldout", len(heldout)), dataset="heldout", values=values,
+                         n_tokens=n_tok, **common))
+        return rows
+
+    def _ood_heldout(self) -> tuple[str, list[str]] | None:
+        """(label, texts) of the suite's out-of-domain utility data (``utility: {ood: ...}``), or None."""
+        entry = self.suite.utility_ood
+        if entry is None:
+            return None
+        return self._once(("ood",), lambda: (entry.label, list(
+            entry.instance.build(self.cache).heldout[: self.suite.utility["n_heldout"]])))

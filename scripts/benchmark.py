@@ -7,6 +7,7 @@ in docs/benchmarks.md.
 
     python scripts/benchmark.py                 # throughput + smoke + quick
     python scripts/benchmark.py --skip-suites   # throughput only (~1 min)
+    python scripts/benchmark.py --compare-executors --suites smoke   # local vs ray, cold cache each
 """
 
 from __future__ import annotations
@@ -73,11 +74,32 @@ def suite_wall_time(suite: str) -> float:
     return {"suite": suite, "cold_cache_s": round(cold, 1), "warm_cache_new_db_s": round(warm, 1)}
 
 
+def executor_wall_time(suite: str, executor: str, threads_per_ray_job: int = 1) -> dict:
+    """Cold-cache wall time of ``privbench run`` with one executor (its own empty cache and database).
+    Ray jobs get ``threads_per_ray_job`` torch threads each, so parallel jobs do not oversubscribe the cores."""
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, PRIVBENCH_CACHE=str(Path(tmp) / "cache"))
+        if executor == "ray":
+            env["PRIVBENCH_THREADS"] = str(threads_per_ray_job)
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "bench", "run", "--suite", suite, "--db", str(Path(tmp) / "r.db"),
+                        "--quiet", "--no-report", "--executor", executor], env=env, check=True)
+        return {"suite": suite, "executor": executor, "cold_cache_s": round(time.perf_counter() - t0, 1),
+                "threads": env.get("PRIVBENCH_THREADS", "all")}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--skip-suites", action="store_true")
     ap.add_argument("--suites", nargs="*", default=["smoke", "quick"])
+    ap.add_argument("--compare-executors", action="store_true",
+                    help="only: cold-cache wall time of each suite with --executor local and --executor ray")
     args = ap.parse_args()
+    if args.compare_executors:
+        for s in args.suites:
+            for ex in ("local", "ray"):
+                print(json.dumps(executor_wall_time(s, ex)), flush=True)
+        return
     set_threads()
     tune_allocator()
     print(json.dumps({"machine": platform.processor() or platform.machine(), "cpus": os.cpu_count(),

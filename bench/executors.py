@@ -1,0 +1,156 @@
+"""Executors: run a plan's jobs in process (``local``) or as Ray tasks (``ray``); the driver writes every row.
+
+Both call the same job function (``Runner.run_job``) on the same jobs, so the
+rows are the same whichever executor runs them. Workers share the artifact cache
+directory: artifacts are content-addressed, built in a private temporary
+directory, renamed into place under a per-artifact lock (bench/cache.py), and
+signal shards are written the same way, so concurrent builders never see or
+leave a half-written artifact. Workers never open the database: they return
+rows, and the driver (the single writer) stores them as jobs finish.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+
+from bench.errors import ConfigError
+
+EXECUTORS = ("local", "ray")
+
+Apply = Callable[[object, object], None]  # (job, JobResult) -> None, the driver's write
+
+
+class LocalExecutor:
+    """In process, in plan order: what the runner always did."""
+
+    name = "local"
+
+    def execute(self, runner, plan, apply: Apply) -> None:
+        todo = [j for j in plan.jobs.values() if not j.done]
+        for i, job in enumerate(todo, 1):
+            runner.log(f"job {i}/{len(todo)} {job.kind}: {job.label}")
+            apply(job, runner.run_job(job))
+
+
+# -- Ray ------------------------------------------------------------------------------------------------------
+_WORKER_RUNNERS: dict[tuple, object] = {}
+
+
+def _worker_runner(raw: dict, path: str | None, cache_root: str, quiet: bool, done_evals: frozenset[str]):
+    """The runner of this worker process for a suite: rebuilt once from the suite's YAML and the cache, then
+    reused by every job the worker gets (its loaded models and signals stay warm)."""
+    from bench.cache import ArtifactCache
+    from bench.device import configure_determinism, set_threads, tune_allocator
+    from bench.hashing import content_hash
+    from bench.runner import Runner
+    from bench.suite import parse_suite
+    key = (content_hash(raw), path, cache_root)
+    runner = _WORKER_RUNNERS.get(key)
+    if runner is None:
+        set_threads()
+        tune_allocator()
+        configure_determinism()
+        runner = Runner(parse_suite(raw, path=path), None, ArtifactCache(cache_root), quiet=quiet)
+        _WORKER_RUNNERS.clear()  # one suite per worker at a time: drop another suite's models
+        _WORKER_RUNNERS[key] = runner
+    runner.done_evals = set(done_evals)
+    return runner
+
+
+def _ray_job(raw, path, cache_root, quiet, done_evals, job):
+    return _worker_runner(raw, path, cache_root, quiet, done_evals).run_job(job)
+
+
+class RayExecutor:
+    """Each job a Ray task, submitted once its dependencies finished; GPU jobs ask for ``num_gpus=1``.
+
+    ``address=None`` starts a local Ray instance (``ray.init()``); an address (``auto``,
+    ``ray://host:10001``, ``host:6379``) joins an existing cluster, whose nodes must have privbench
+    installed and see the same cache directory (e.g. a shared filesystem).
+    """
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, *, num_cpus: int | None = None, cpus_per_job: float = 1.0,
+                 max_in_flight: int | None = None) -> None:
+        self.address = address
+        self.num_cpus = num_cpus
+        self.cpus_per_job = cpus_per_job
+        self.max_in_flight = max_in_flight
+
+    _started = False
+
+    def _init(self):
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("the ray executor needs Ray: pip install 'ray[default]' or use --executor local"
+                              ) from None
+        if not ray.is_initialized():
+            env = {k: v for k, v in os.environ.items()
+                   if k.startswith("PRIVBENCH_") or k in ("PYTHONPATH", "OMP_NUM_THREADS", "HF_HUB_OFFLINE",
+                                                          "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE",
+                                                          "CUBLAS_WORKSPACE_CONFIG")}
+            kwargs = dict(include_dashboard=False, log_to_driver=False, runtime_env={"env_vars": env},
+                          ignore_reinit_error=True)
+            if self.address:
+                ray.init(address=self.address, **kwargs)
+            else:
+                ray.init(num_cpus=self.num_cpus, **kwargs)
+                self._started = True  # a local instance of our own: shut down when the plan is done
+        return ray
+
+    def execute(self, runner, plan, apply: Apply) -> None:
+        ray = self._init()
+        remote = ray.remote(_ray_job)
+        s = runner.suite
+        args = (s.raw, s.path, str(runner.cache.root), True, frozenset(runner.done_evals))
+        finished = {k for k, j in plan.jobs.items() if j.done}
+        started: set[str] = set()
+        pending: dict = {}
+        limit = self.max_in_flight or max(int(ray.available_resources().get("CPU", 1) // self.cpus_per_job), 1) * 2
+        t0 = time.perf_counter()
+        try:
+            while len(finished) < len(plan.jobs):
+                for job in plan.ready(finished, started):
+                    if len(pending) >= limit:
+                        break
+                    opts = {"num_cpus": self.cpus_per_job, "max_retries": 0}
+                    if job.gpu:
+                        opts["num_gpus"] = 1
+                    pending[remote.options(**opts).remote(*args, job)] = job
+                    started.add(job.key)
+                if not pending:
+                    raise RuntimeError("plan has jobs whose dependencies never finish: a cycle in bench/plan.py")
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    job = pending.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except ray.exceptions.RayTaskError as exc:  # the job's own error, raised in the driver
+                        cause = getattr(exc, "cause", None)
+                        if isinstance(cause, Exception):
+                            raise cause from None
+                        raise
+                    apply(job, result)
+                    finished.add(job.key)
+                    runner.log(f"[ray] {job.kind} {job.label} done ({time.perf_counter() - t0:.0f}s)")
+        finally:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            if self._started:
+                ray.shutdown()
+                self._started = False
+
+
+def make_executor(name: str = "local", *, ray_address: str | None = None, **kwargs):
+    """The executor called ``name`` (``local`` or ``ray``)."""
+    if name == "local":
+        if ray_address:
+            raise ConfigError("--ray-address needs --executor ray: add it or drop the address")
+        return LocalExecutor()
+    if name == "ray":
+        return RayExecutor(ray_address, **kwargs)
+    raise ConfigError(f"unknown executor '{name}': use one of {', '.join(EXECUTORS)}")
