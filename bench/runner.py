@@ -193,7 +193,7 @@ class Runner:
         base_path, base_key = ensure_pretrained(self.cache, spec, data, tok, ch.pretraining_inserts(), seed, device,
                                                  progress=not self.quiet)
         theta = self._lm(base_path, base_key, spec, device)
-        warm = ch.target_texts() + heldout
+        warm = ch.target_texts() + ch.sample_texts() + heldout  # unit games: the samples attacks see
         theta.token_signals(warm)
         if reference is not None:
             reference.token_signals(warm)
@@ -251,6 +251,9 @@ class Runner:
             raise PluginError(f"{exc} [game {inst.spec.name}, defense {d.label}]") from exc
         rows = membership_metrics(inst.labels, scores, fprs=tuple(s.metrics["fprs"]), n_boot=s.metrics["n_boot"],
                                   alpha=s.metrics["alpha"], seed=seed)
+        if ch.unit != "record":  # unit games: canary units vs ordinary units (source 002, Figure 6)
+            from bench.units import canary_unit_metrics
+            rows += canary_unit_metrics(inst.labels, scores, (ch.is_canary_unit(u) for u in inst.record_ids))
         family = getattr(a.instance, "family", "mia")
         if family == "exposure":
             rows += exposure_metrics(inst.labels, scores)
