@@ -1,4 +1,10 @@
-"""Attack contract: declare capabilities, return one score per target (higher = member)."""
+"""Attack contract: declare capabilities, return one score per target (higher = member).
+
+Unit-level games (a user or a secret per target, :mod:`bench.units`): a record-level attack runs unchanged
+on the unit's samples and the unit's score is the mean of its sample scores (source 002 averages
+example-level statistics, eq. 4); an attack that scores units itself sets ``scores_units = True`` and reads
+``Target.samples``.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +28,9 @@ class Attack(Plugin):
     family: ClassVar[str] = "mia"
     requires: ClassVar[frozenset[str]] = frozenset({TOKEN_LOGPROBS})
     reference: ClassVar[str] = ""   # the paper and equation the score follows
+    #: True: :meth:`score` scores unit targets (users, secrets) itself from ``Target.samples``; False: the
+    #: runner scores each sample as a record and averages per unit (bench.units.score_units)
+    scores_units: ClassVar[bool] = False
 
     def score(self, view: AttackerView) -> Sequence[float]:  # pragma: no cover - interface
         raise NotImplementedError
@@ -34,7 +43,18 @@ class Attack(Plugin):
 
 
 def run_attack(attack: Attack, view: AttackerView) -> np.ndarray:
-    """Call an attack and enforce its contract: no exception escapes unnamed, one finite score per target."""
+    """Call an attack and enforce its contract: no exception escapes unnamed, one finite score per target.
+
+    On a unit game an attack without ``scores_units`` scores the units' samples as records and each unit
+    gets the mean of its samples' scores.
+    """
+    from bench.units import is_unit_view, score_units
+    if is_unit_view(view) and not getattr(attack, "scores_units", False):
+        return score_units(attack, view, _run_checked)
+    return _run_checked(attack, view)
+
+
+def _run_checked(attack: Attack, view: AttackerView) -> np.ndarray:
     unknown = set(attack.requires) - ALL_CAPABILITIES
     if unknown:
         raise PluginError(f"attack '{attack.name}' requires unknown capabilities {sorted(unknown)}: "

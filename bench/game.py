@@ -22,6 +22,15 @@ The attacker receives an :class:`AttackerView`: the targets in shuffled
 order with opaque ids, restricted model handles and attacker-owned data.
 Labels stay with the :class:`Challenger`; defenses receive only their
 training texts, shuffled, with no marker of which are targets.
+
+The unit of membership is the task's (``TaskData.unit``): a record, a user
+(all records of a user, source 002) or a secret (all records carrying it,
+source 001). The challenger draws whole units into the groups
+(:func:`tasks.users.draw_unit_groups`; world sizes count units), every record
+of a unit shares its (a, b), and a game shows one target per unit whose
+``samples`` are what the attacker knows of it (:mod:`bench.units`). For
+record-level tasks the draw, ids and world keys are those of the record-level
+challenger.
 """
 
 from __future__ import annotations
@@ -31,13 +40,14 @@ from typing import Any
 
 import numpy as np
 
-from bench.errors import CapabilityError, ConfigError, DataError
+from bench.errors import CapabilityError, DataError
 from bench.hashing import content_hash
 from bench.lm import (
-    MODEL_CAPABILITIES, POPULATION, REFERENCE_MODEL, SHADOW_MODELS, LanguageModel, RestrictedModel,
+    MODEL_CAPABILITIES, POPULATION, REFERENCE_MODEL, SHADOW_MODELS, USER_SAMPLES, LanguageModel, RestrictedModel,
 )
 from bench.params import Param, validate_params
 from bench.task import TaskData
+from bench.units import owners_of, secrets_of, unit_samples
 
 GROUPS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (1, 0), (1, 1))
 STAGES = ("pretraining", "adaptation", "joint", "post_adaptation", "control")
@@ -176,18 +186,22 @@ class AdaptationData:
 
 
 class AttackerView:
-    """Everything an attack may use in one game. Read-only; carries no labels and no challenger state."""
+    """Everything an attack may use in one game. Read-only; carries no labels and no challenger state.
 
-    __slots__ = ("game", "targets", "model", "base", "reference", "population", "shadows", "public_format")
+    ``unit`` is the membership unit ("record", "user", "secret"); for unit games each target's ``samples``
+    are what the attacker knows of the unit (:mod:`bench.units`).
+    """
+
+    __slots__ = ("game", "targets", "model", "base", "reference", "population", "shadows", "public_format", "unit")
 
     def __init__(self, game: str, targets: tuple[Target, ...], model: LanguageModel,
                  base: LanguageModel | None, reference: LanguageModel | None,
                  population: tuple[str, ...] | None, shadows: ShadowSet | None = None,
-                 public_format: dict | None = None) -> None:
+                 public_format: dict | None = None, unit: str = "record") -> None:
         import copy
         for name, value in (("game", game), ("targets", targets), ("model", model), ("base", base),
                             ("reference", reference), ("population", population), ("shadows", shadows),
-                            ("public_format", copy.deepcopy(public_format))):
+                            ("public_format", copy.deepcopy(public_format)), ("unit", unit)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -237,51 +251,35 @@ class Challenger:
             self.config["adapt_target_repeats"] = int((data.public_format or {}).get("repeats", 1))
         self.seed = int(seed)
         self._data = data
-        if data.unit != "record":
-            raise ConfigError(f"task '{data.name}' has membership unit '{data.unit}' (all records of a {data.unit} "
-                              f"share one membership bit); the game draws records only so far: use its data with "
-                              f"`privbench data show`, or a record-level task for runs")
+        from tasks.users import draw_unit_groups, group_targets_by_unit
+
         c = self.config
+        #: membership unit: "record", "user" or "secret"; world sizes count units
+        self.unit = data.unit
         sizes = {(0, 0): c["n_null"], (0, 1): c["n_per_group"], (1, 0): c["n_per_group"], (1, 1): c["n_per_group"]}
-        need = sum(sizes.values())
-        if len(data.targets) < need:
-            raise DataError(f"task '{data.name}' has {len(data.targets)} target records but the world needs {need} "
-                            f"(n_null + 3 × n_per_group): lower them in the suite's `world` or use more data")
+        rng = np.random.default_rng([self.seed, int(content_hash(data.fingerprint, length=8), 16)])
+        #: a comes from the data (a released model's documented split), not from the challenger
+        self.known_a = bool(data.targets) and all("a" in data.target_meta.get(r.id, {}) for r in data.targets)
+        # whole units go to one group; for unit "record" this draws exactly what the record-level challenger drew
+        self._group: dict[str, tuple[int, int]] = draw_unit_groups(data, sizes, rng, known_a=self.known_a)
         if len(data.adapt) < c["adapt_background"]:
             raise DataError(f"task '{data.name}' has {len(data.adapt)} adaptation records but adapt_background is "
                             f"{c['adapt_background']}: lower it or use more data")
-        rng = np.random.default_rng([self.seed, int(content_hash(data.fingerprint, length=8), 16)])
-        self._group: dict[str, tuple[int, int]] = {}
-        self._text: dict[str, str] = {}
-        #: a comes from the data (a released model's documented split), not from the challenger
-        self.known_a = bool(data.targets) and all("a" in data.target_meta.get(r.id, {}) for r in data.targets)
-        if self.known_a:
-            pools = {a: [i for i, r in enumerate(data.targets) if int(data.target_meta[r.id]["a"]) == a]
-                     for a in (0, 1)}
-            for a in (0, 1):
-                want = sum(sizes[g] for g in GROUPS if g[0] == a)
-                if len(pools[a]) < want:
-                    raise DataError(f"task '{data.name}' has {len(pools[a])} targets with known a={a} but the world "
-                                    f"needs {want}: lower n_per_group / n_null in the suite's `world`")
-            for a in (0, 1):
-                order = [pools[a][int(i)] for i in rng.permutation(len(pools[a]))]
-                start = 0
-                for g in (g for g in GROUPS if g[0] == a):
-                    for idx in order[start:start + sizes[g]]:
-                        rec = data.targets[idx]
-                        self._group[rec.id], self._text[rec.id] = g, rec.text
-                    start += sizes[g]
-        else:
-            chosen = rng.permutation(len(data.targets))[:need]
-            start = 0
-            for g in GROUPS:
-                for idx in chosen[start:start + sizes[g]]:
-                    rec = data.targets[int(idx)]
-                    self._group[rec.id], self._text[rec.id] = g, rec.text
-                start += sizes[g]
+        by_unit = group_targets_by_unit(data)
+        self._text: dict[str, str] = {data.targets[i].id: data.targets[i].text
+                                      for idx in by_unit.values() for i in idx if data.targets[i].id in self._group}
+        self._unit_of: dict[str, str] = {}
+        #: unit -> its records (sorted ids), for the units drawn into the world
+        self._records: dict[str, tuple[str, ...]] = {}
+        for u, idx in by_unit.items():
+            rids = sorted(data.targets[i].id for i in idx)
+            if rids[0] in self._group:
+                self._records[u] = tuple(rids)
+                self._unit_of.update((r, u) for r in rids)
+        self._unit_group: dict[str, tuple[int, int]] = {u: self._group[r[0]] for u, r in self._records.items()}
         #: every target is already in S (relation "overlap"): the a bit is not controlled by the challenger
         self.a_uncontrolled = data.relation == "overlap" and not self.known_a
-        null_ids = sorted(r for r, g in self._group.items() if g == (0, 0))
+        null_ids = sorted(u for u, g in self._unit_group.items() if g == (0, 0))
         perm = rng.permutation(len(null_ids))
         self._null_positive = frozenset(null_ids[i] for i in perm[: len(null_ids) // 2])
         self.world_key = content_hash({"task": data.fingerprint, "world": self.config, "seed": self.seed})
@@ -307,38 +305,90 @@ class Challenger:
         return set(GAMES)
 
     def adaptation_data(self) -> AdaptationData:
-        """D̃ = D ∪ {targets with b=1}, shuffled so nothing marks which records are targets."""
-        texts = (list(self._data.adapt[: self.config["adapt_background"]]) +
-                 self.members("b") * self.config["adapt_target_repeats"])
+        """D̃ = D ∪ {targets with b=1}, shuffled so nothing marks which records are targets.
+
+        Unit tasks add what the data owner knows of its own texts (source 002: owners, for per-user limits;
+        source 001: the secrets each text carries and their (p_j, r_j)); see :mod:`bench.units`.
+        """
+        n_bg = self.config["adapt_background"]
+        reps = self.config["adapt_target_repeats"]
+        b1 = [r for r in sorted(self._group) if self._group[r][1] == 1]
+        texts = list(self._data.adapt[:n_bg]) + [self._text[r] for r in b1] * reps
         rng = np.random.default_rng([self.seed, 17])
-        bg = self.config["adapt_background"]
-        validation = tuple(self._data.adapt[bg: bg + self.config["n_validation"]])
-        return AdaptationData(tuple(texts[i] for i in rng.permutation(len(texts))), validation=validation)
+        order = rng.permutation(len(texts))
+        shuffled = tuple(texts[i] for i in order)
+        # records of the adaptation pool after the background: held back by the data owner for validation
+        validation = tuple(self._data.adapt[n_bg: n_bg + self.config["n_validation"]])
+        if self.unit == "user":
+            owners = owners_of(self._data, self.world_key, n_bg, [self._unit_of[r] for r in b1] * reps)
+            return AdaptationData(shuffled, users=tuple(owners[i] for i in order), validation=validation)
+        if self.unit == "secret":
+            per_text, targets = secrets_of(self._data, shuffled)
+            return AdaptationData(shuffled, secrets=tuple(per_text), secret_targets=targets, validation=validation)
+        return AdaptationData(shuffled, validation=validation)
 
     def target_texts(self) -> list[str]:
+        """Texts of every target record of the world (all records of every drawn unit)."""
         return [self._text[r] for r in sorted(self._group)]
+
+    def sample_texts(self) -> list[str]:
+        """Texts unit targets show the attacker (``Target.samples``); empty for record-level worlds."""
+        out: list[str] = []
+        for u in sorted(self._records):
+            out.extend(self._samples(u))
+        return out
+
+    def unit_of(self, record_id: str) -> str:
+        """The membership unit of a target record (the record id itself for record-level tasks)."""
+        return self._unit_of[record_id]
+
+    def unit_group(self, unit: str) -> tuple[int, int]:
+        return self._unit_group[unit]
+
+    def units(self) -> list[str]:
+        """Every unit drawn into the world, sorted."""
+        return sorted(self._unit_group)
+
+    def is_canary_unit(self, unit: str) -> bool:
+        """A canary unit (002, 4.3: canary users): any of its records is marked ``canary`` in target_meta."""
+        return any(bool(self._data.target_meta.get(r, {}).get("canary")) for r in self._records[unit])
+
+    def _samples(self, unit: str) -> tuple[str, ...]:
+        return unit_samples(self._data, unit, self._records[unit])
 
     def group_of(self, record_id: str) -> tuple[int, int]:
         return self._group[record_id]
 
     # -- what a game shows ---------------------------------------------------------------------------
     def instance(self, game: GameSpec) -> GameInstance:
+        """One game over the world: one target per unit (a record, a user or a secret), labels per unit.
+
+        ``record_ids`` holds the units' keys (record ids for record-level tasks). A unit target shows
+        :func:`bench.units.unit_samples` as ``samples`` and the first of them as ``text``.
+        """
         rows: list[tuple[str, int]] = []
-        for rid in sorted(self._group):
-            g = self._group[rid]
+        for unit in sorted(self._unit_group):
+            g = self._unit_group[unit]
             if game.null_split:
                 if g == (0, 0):
-                    rows.append((rid, int(rid in self._null_positive)))
+                    rows.append((unit, int(unit in self._null_positive)))
             elif g in game.positives:
-                rows.append((rid, 1))
+                rows.append((unit, 1))
             elif g in game.negatives:
-                rows.append((rid, 0))
+                rows.append((unit, 0))
         rng = np.random.default_rng([self.seed, int(content_hash(game.name, length=8), 16)])
         rows = [rows[i] for i in rng.permutation(len(rows))]
         salt = content_hash(self.world_key, game.name, "ids")
-        targets = tuple(Target(id=content_hash(salt, rid, length=12), text=self._text[rid]) for rid, _ in rows)
-        return GameInstance(game, targets, np.array([lab for _, lab in rows], dtype=np.int64),
-                            tuple(rid for rid, _ in rows))
+        targets = []
+        for unit, _ in rows:
+            tid = content_hash(salt, unit, length=12)
+            if self.unit == "record":
+                targets.append(Target(id=tid, text=self._text[unit]))
+            else:
+                samples = self._samples(unit)
+                targets.append(Target(id=tid, text=samples[0], samples=samples))
+        return GameInstance(game, tuple(targets), np.array([lab for _, lab in rows], dtype=np.int64),
+                            tuple(unit for unit, _ in rows))
 
     def view(self, inst: GameInstance, *, requires: frozenset[str], pretrained: LanguageModel,
              adapted: LanguageModel | None, reference: LanguageModel | None,
@@ -362,6 +412,10 @@ class Challenger:
             if not population:
                 raise CapabilityError(f"attack '{attack_name}' needs population data but the task has none")
             pop = tuple(population)
+        if USER_SAMPLES in requires and self.unit == "record":
+            raise CapabilityError(f"attack '{attack_name}' needs a unit's samples (user inference) but task "
+                                  f"'{self._data.name}' is record-level: use a user or secret task (e.g. "
+                                  f"synthetic_users)")
         shadow_set = None
         if SHADOW_MODELS in requires:
             # shadows are adapted from θ where the game releases it, else from the attacker's reference model;
@@ -373,5 +427,9 @@ class Challenger:
                                       f"were built: enable `reference` in the suite")
             shadow_set = ShadowSet(tuple(RestrictedModel(m, caps, "shadow") for m in raw.models), raw.members,
                                    raw.held_out, raw.base)
+        public = self._data.public_format
+        if public is not None and "user_samples" in public:
+            # a user's samples reach the attack as Target.samples; the map keyed by user id stays here
+            public = {k: v for k, v in public.items() if k != "user_samples"}
         return AttackerView(spec.name, inst.targets, RestrictedModel(target_model, caps, "released"),
-                            base, ref, pop, shadow_set, self._data.public_format)
+                            base, ref, pop, shadow_set, public, self.unit)

@@ -143,7 +143,7 @@ def build_plan(runner, run_id: int | None = None) -> Plan:
                 k_ref = job(ref_key, "reference", f"{spec.name} attacker reference", (k_tok,), ti=ti, mi=mi)
             for seed in s.seeds:
                 ch = runner._challenger(ti, seed)
-                warm = ch.target_texts() + heldout
+                warm = runner._warm(ti, seed)
                 common = dict(ti=ti, mi=mi, seed=seed)
                 w = f"{spec.name} seed {seed}"
                 base_key = pretrained_key(spec, data, k_tok, ch.pretraining_inserts(), seed)

@@ -256,7 +256,8 @@ class Runner:
 
     def _warm(self, ti: int, seed: int) -> list[str]:
         """Texts every model of a world is scored on once, before any attack: targets and held-out data."""
-        return self._challenger(ti, seed).target_texts() + self._heldout(ti)
+        ch = self._challenger(ti, seed)
+        return ch.target_texts() + ch.sample_texts() + self._heldout(ti)  # unit games: the samples attacks see
 
     def _lm_from(self, path, key: str, spec: ModelSpec, device) -> HFLanguageModel:
         """A loaded model, kept among the last few used; dropping one releases its (GPU) memory."""
@@ -468,6 +469,9 @@ class Runner:
             raise PluginError(f"{exc} [game {inst.spec.name}, defense {d.label}]") from exc
         rows = membership_metrics(inst.labels, scores, fprs=tuple(s.metrics["fprs"]), n_boot=s.metrics["n_boot"],
                                   alpha=s.metrics["alpha"], seed=seed)
+        if ch.unit != "record":  # unit games: canary units vs ordinary units (source 002, Figure 6)
+            from bench.units import canary_unit_metrics
+            rows += canary_unit_metrics(inst.labels, scores, (ch.is_canary_unit(u) for u in inst.record_ids))
         family = getattr(a.instance, "family", "mia")
         if family == "exposure":
             rows += exposure_metrics(inst.labels, scores)

@@ -37,6 +37,8 @@ class TaskData:
     target_meta: dict[str, dict[str, Any]] = field(default_factory=dict)
     #: what an attacker legitimately knows about how targets are built (e.g. a canary format), given to attacks
     public_format: dict[str, Any] | None = None
+    #: owner (user id) of each ``adapt`` record, aligned with it, for user-stratified tasks; challenger-only
+    adapt_owners: tuple[str, ...] | None = None
 
 
 class Task(Plugin):

@@ -37,7 +37,10 @@ which examples contain which secrets, just the contents of examples (i.e., the s
   each secret's (p_j, r_j) and carrier count, keyed by an opaque ``secret_id`` —
   ``public_format["secrets"]`` — but not the secret strings (those are what is protected; they sit
   in ``target_meta``, challenger-only). In a membership game the carriers are the candidates shown,
-  so their texts (and the secret in them) are visible there, as for any membership target.
+  so their texts (and the secret in them) are visible there, as for any membership target: a secret
+  target's ``Target.samples`` are its carriers (:func:`bench.units.unit_samples`), under an opaque id.
+* The game gives a defense ``AdaptationData.secrets`` (the secret ids each training text carries) and
+  ``secret_targets`` (their (p_j, r_j)), from :func:`defender_secrets` (:func:`bench.units.secrets_of`).
 """
 
 from __future__ import annotations

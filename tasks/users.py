@@ -48,8 +48,9 @@ user's remaining documents, each with ``target_meta[id]["user"] = user_id`` (cha
 ``unit = "user"``: the challenger puts all records of a user in one (a, b) group and counts world
 sizes in users (:func:`group_targets_by_unit`). The user id is an opaque hash, drawn before any
 membership exists, so it says nothing about membership; a user-level game shows one target per user,
-with the attacker's samples of that user as its texts (see the report of this change for the
-Challenger code).
+with the attacker's samples of that user as its ``Target.samples`` (:mod:`bench.units`). The owner of
+every adaptation record is ``TaskData.adapt_owners`` (challenger-only; a defense receives per-world
+pseudonyms of owners in ``AdaptationData.users``).
 
 Canary users (002, section 4.3 and Algorithm 1): ``canary_users`` target users, drawn uniformly,
 get a shared substring: one of their documents is drawn uniformly among those whose body has at
@@ -486,7 +487,8 @@ class SyntheticUsers(Task):
                 meta[rid] = {"user": u["user"], "canary": "canary" in u}
                 if "canary" in u:
                     meta[rid]["canary_substring"] = u["canary"]
-        adapt = tuple(d for u in adapt_users for d in docs_of(u))
+        adapt_docs = [(d, u["user"]) for u in adapt_users for d in docs_of(u)]
+        adapt = tuple(d for d, _ in adapt_docs)
         population = [t for i, t in enumerate(base.population) if i not in used_pop]
         population += [d for u in pop_users for d in docs_of(u)]
         mix = _rng("population-order", self.seed).permutation(len(population)).tolist()
@@ -528,4 +530,5 @@ class SyntheticUsers(Task):
             name=self.name, pretrain=base.pretrain, heldout=base.heldout, population=population, adapt=adapt,
             targets=tuple(targets), fingerprint=h.hexdigest(), sources=tuple(base.sources) + (synthetic,),
             stats=stats, relation="ood", unit="user", target_meta=meta, public_format=public_format,
+            adapt_owners=tuple(u for _, u in adapt_docs),
         )

@@ -579,3 +579,27 @@ def test_loss_attack_null_game_near_chance_adapt_game_above():
     assert abs(auc["null"] - 0.5) <= 0.15, auc
     assert auc["adapt"] >= 0.62, auc
     assert auc["joint/fresh"] >= 0.62, auc
+
+
+# ---------------------------------------------------------------------------------------- membership units
+
+def test_record_level_view_has_unit_record_and_no_samples(ch, models):
+    inst = ch.instance(GAMES["adapt"])
+    view = ch.view(inst, requires=LossAttack.requires, pretrained=models[0], adapted=models[1], reference=None,
+                   population=None)
+    assert view.unit == "record" and ch.unit == "record" and ch.sample_texts() == []
+    assert all(t.samples == () for t in view.targets)
+    assert list(inst.record_ids) == [ch.unit_of(r) for r in inst.record_ids]
+
+
+def test_unit_tasks_are_drawn_not_refused(data):
+    """A user task plays: each user's records share one group, and a game shows one target per user."""
+    meta = {r.id: {"user": f"u{i // 4}"} for i, r in enumerate(data.targets)}  # 100 users of 4 records
+    users = dataclasses.replace(data, unit="user", target_meta=meta)
+    ch = Challenger(users, WORLD, seed=0)
+    assert ch.unit == "user"
+    assert all(len({ch.group_of(r) for r in rs}) == 1 for rs in ch._records.values())
+    inst = ch.instance(GAMES["adapt"])
+    assert len(inst.targets) == 3 * N_PER_GROUP + N_NULL  # counted in users
+    # no held-aside samples in this task: a user shows its own records (user-level membership inference)
+    assert all(len(t.samples) == 4 for t in inst.targets)

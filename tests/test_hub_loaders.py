@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 
 from bench.cache import ArtifactCache
-from bench.errors import ConfigError, DataError
-from bench.game import Challenger
+from bench.errors import DataError
+from bench.game import GAMES, Challenger
 from bench.modeling import resolve_spec
 from bench.registry import TASKS
 from tasks import hub
@@ -229,10 +229,12 @@ def test_pool_tasks_work_with_the_challenger(tmp_path, cache, pretrain_file):
     f = write(users_frame(400, "body", "from", 80), tmp_path / "e.jsonl", "jsonl")
     d = EnronUsers(source=str(f), pretrain_path=pretrain_file).build(cache)
     assert d.unit == "user" and all("user" in d.target_meta[t.id] for t in d.targets)
-    # user-level membership needs unit-aware group drawing; until then the game refuses rather than
-    # silently treating a user's records as independent members
-    with pytest.raises(ConfigError, match="membership unit 'user'"):
-        Challenger(d, {"n_per_group": 4, "n_null": 8, "adapt_background": 4}, seed=0)
+    # the game draws whole users (bench/units.py): a user's records share one group, one target per user
+    ch = Challenger(d, {"n_per_group": 4, "n_null": 8, "adapt_background": 4}, seed=0)
+    for t in d.targets:
+        if t.id in ch._group:
+            assert ch.group_of(t.id) == ch.unit_group(d.target_meta[t.id]["user"])
+    assert len(ch.instance(GAMES["pretrain"]).targets) == 20 == len(ch.units())
 
 
 # -------------------------------------------------------------------------------------------------

@@ -380,3 +380,19 @@ def test_secret_helpers():
 def test_secrets_too_many(cache):
     with pytest.raises(DataError, match="n_secrets"):
         Secrets(**dict(SECRETS, n_secrets=5000)).build(cache)
+
+
+def test_users_adapt_owners(users):
+    """Every adaptation record names its (background) user: aligned, never a target user, min_docs each."""
+    owners = users.adapt_owners
+    assert owners is not None and len(owners) == len(users.adapt)
+    target_users = {m["user"] for m in users.target_meta.values()}
+    assert not set(owners) & target_users
+    counts = Counter(owners)
+    assert len(counts) == int(round(USERS.get("adapt_fraction", 0.2) * USERS["n_users"]))
+    assert min(counts.values()) >= USERS["min_docs"]
+    # a user's documents share its signature name: the owner groups the texts the way the users were built
+    for u in list(counts)[:5]:
+        docs = [t for t, o in zip(users.adapt, owners) if o == u]
+        last_lines = {d.rsplit("\n\n", 1)[-1] for d in docs}
+        assert len(last_lines) == 1, last_lines

@@ -1,0 +1,162 @@
+"""Unit-level membership: what a user or secret target shows, what the defender knows, and unit scores.
+
+The unit of membership (DESIGN.md, "The game") is a record, a user (all records of a user, source 002)
+or a secret (all records carrying it, source 001). The challenger (:class:`bench.game.Challenger`) draws
+whole units; this module holds the pieces around that draw:
+
+* :func:`unit_samples` — what a unit target shows the attacker (``Target.samples``):
+
+  - a **user** shows the user's held-aside documents (002, section 4.1: "we set aside 10% of a user's
+    samples as the attacker's knowledge; these samples are never used for fine-tuning"), taken from
+    ``public_format["user_samples"]``. A user task without held-aside samples (e.g. ``local_text`` with a
+    user column) shows the user's own records instead: that is *user-level membership inference* in
+    002's terms (section 2, the attacker knows the exact training samples), a stronger attacker;
+  - a **secret** shows its carriers, the records that carry it (``tasks/secrets.py``; 001, section 3:
+    the attacker may know "which examples contain which secrets", the protected part is the secret's
+    content). A membership candidate is shown in full, as for any record target, so the carriers'
+    texts — and the secret in them — are what the candidate is. No secret id, no other secret's string,
+    and no (p_j, r_j) beyond the public spec reach the attack.
+
+* :func:`owners_of` and :func:`secrets_of` — the defender's facts about its own training texts
+  (``AdaptationData.users / secrets / secret_targets``), pseudonymised per world and never marking which
+  records are targets.
+
+* :func:`score_units` — how a record-level attack scores a unit: the mean of its record scores over the
+  unit's samples (002, eq. 4 and appendix C, Table 2: the mean of example-level statistics beats the
+  minimum or maximum). An attack that scores units itself sets ``scores_units = True``
+  (``attacks/user_inference.py``) and reads ``Target.samples``.
+
+* :func:`canary_unit_metrics` — AUC on canary units and on ordinary units separately (002, section 4.3,
+  Figure 6: canary users vs real users).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from bench.errors import CapabilityError, DataError
+from bench.hashing import content_hash
+
+if TYPE_CHECKING:
+    from bench.attack import Attack
+    from bench.game import AttackerView
+    from bench.metrics import MetricRow
+    from bench.task import TaskData
+
+__all__ = ["unit_samples", "owners_of", "secrets_of", "score_units", "is_unit_view", "canary_unit_metrics"]
+
+
+def unit_samples(data: TaskData, unit: str, record_ids: Sequence[str]) -> tuple[str, ...]:
+    """What the attacker legitimately knows of ``unit`` (records ``record_ids``): see the module docstring."""
+    if data.unit == "record":
+        return ()
+    text = {r.id: r.text for r in data.targets}
+    own = tuple(text[r] for r in sorted(record_ids))
+    if data.unit == "user":
+        samples = (data.public_format or {}).get("user_samples")
+        if samples is None:  # no held-aside documents: user-level membership inference on its own records
+            return own
+        if not samples.get(unit):
+            raise DataError(f"task '{data.name}': user {unit!r} has no entry in public_format['user_samples']: "
+                            f"set aside at least one document of every target user (attacker_fraction > 0)")
+        return tuple(samples[unit])
+    if data.unit == "secret":
+        return own
+    raise DataError(f"task '{data.name}' has membership unit {data.unit!r}: use record, user or secret")
+
+
+def _pseudonym(world_key: str, kind: str, value: Any) -> str:
+    return content_hash(world_key, kind, value, length=12)
+
+
+def owners_of(data: TaskData, world_key: str, n_background: int, target_units: Sequence[str]) -> list[str]:
+    """Owner of each adaptation text (background first, then target records), pseudonymised per world.
+
+    Background owners come from ``data.adapt_owners`` where the task provides them (``synthetic_users``);
+    otherwise each background record is its own owner. Target records are owned by their user. The
+    pseudonyms are one hash of the world key and the user id, so background and target owners look alike
+    and the defense cannot look a user up in the attacker's public data.
+    """
+    provided = getattr(data, "adapt_owners", None)
+    if provided is not None and len(provided) < n_background:
+        raise DataError(f"task '{data.name}' names owners of {len(provided)} adaptation records but the world "
+                        f"uses {n_background}: give every adaptation record an owner")
+    bg = [_pseudonym(world_key, "user", provided[i]) if provided is not None else
+          _pseudonym(world_key, "record", i) for i in range(n_background)]
+    return bg + [_pseudonym(world_key, "user", u) for u in target_units]
+
+
+def secrets_of(data: TaskData, texts: Sequence[str]) -> tuple[list[tuple[str, ...]], dict[str, tuple[float, float]]]:
+    """The secrets each text carries (by secret id) and each carried secret's (p_j, r_j) (source 001).
+
+    Computed with :func:`tasks.secrets.defender_secrets` from the texts the defense already holds, so it
+    tells the defense only what the data owner knows about its own data (001, section 3).
+    """
+    from tasks.secrets import SECRET_RUN, defender_secrets
+
+    spec = defender_secrets(data, texts)
+    by_run = {s.casefold(): v["secret_id"] for s, v in spec.items()}
+    per_text = [tuple(sorted({by_run[r] for r in SECRET_RUN.findall(t.casefold()) if r in by_run})) for t in texts]
+    targets = {v["secret_id"]: (float(v["p"]), float(v["r"])) for v in spec.values()}
+    return per_text, targets
+
+
+# ---------------------------------------------------------------------------------------- attack side
+
+def is_unit_view(view: AttackerView) -> bool:
+    return getattr(view, "unit", "record") != "record"
+
+
+def score_units(attack: Attack, view: AttackerView, run_records) -> np.ndarray:
+    """Score every unit target as the mean of ``attack``'s record scores over the unit's samples.
+
+    ``run_records(attack, view)`` runs the attack on a record-level view and checks its contract. The
+    attack sees one record target per sample (opaque ids derived from the unit's), in unit order, with the
+    same models and attacker data as the unit view; 002 averages example-level statistics (eq. 4, Table 2).
+    """
+    from bench.game import AttackerView, Target
+
+    family = getattr(attack, "family", "mia")
+    if family != "mia":
+        raise CapabilityError(f"attack '{attack.name}' (family {family}) scores records, and game '{view.game}' "
+                              f"scores {view.unit}s by averaging membership scores only: run it on a "
+                              f"record-level task")
+    flat: list[Target] = []
+    owner: list[int] = []
+    for i, t in enumerate(view.targets):
+        samples = t.samples or (t.text,)
+        for j, s in enumerate(samples):
+            flat.append(Target(id=content_hash(t.id, j, length=12), text=s))
+            owner.append(i)
+    record_view = AttackerView(view.game, tuple(flat), view.model, view.base, view.reference, view.population,
+                               view.shadows, view.public_format)
+    scores = run_records(attack, record_view)
+    idx = np.asarray(owner, dtype=np.int64)
+    sums = np.bincount(idx, weights=scores, minlength=len(view.targets))
+    counts = np.bincount(idx, minlength=len(view.targets))
+    return sums / counts
+
+
+# ---------------------------------------------------------------------------------------- metrics
+
+def canary_unit_metrics(labels: np.ndarray, scores: np.ndarray, canary: Iterable[bool]) -> list[MetricRow]:
+    """AUC among canary units and among ordinary units (002, Figure 6), where both have both classes.
+
+    Rows ``auc_canary_units`` and ``auc_ordinary_units``; nothing when the world has no canary units.
+    """
+    from bench.metrics import MetricRow, roc_auc
+
+    y = np.asarray(labels, dtype=np.int64)
+    s = np.asarray(scores, dtype=np.float64)
+    c = np.fromiter(canary, dtype=bool, count=len(y))
+    if not c.any():
+        return []
+    rows = []
+    for name, mask in (("auc_canary_units", c), ("auc_ordinary_units", ~c)):
+        n_pos, n_neg = int(y[mask].sum()), int((1 - y[mask]).sum())
+        if n_pos and n_neg:
+            rows.append(MetricRow(name, float(roc_auc(y[mask], s[mask])), None, None, n_pos, n_neg))
+    return rows
