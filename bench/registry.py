@@ -23,7 +23,7 @@ BUILTIN_MODULES = {
     "attack": ["attacks.loss", "attacks.zlib", "attacks.lowercase", "attacks.min_k", "attacks.min_k_pp",
                "attacks.reference", "attacks.recall", "attacks.rmia", "attacks.exposure",
                "attacks.extraction"],
-    "defense": ["defenses.finetune", "defenses.lora", "defenses.dp"],
+    "defense": ["defenses.finetune", "defenses.lora", "defenses.dp", "defenses.naf"],
     "task": ["tasks.mini_pile", "tasks.pile_subsets", "tasks.canaries", "tasks.names2ids", "tasks.users",
              "tasks.secrets", "tasks.hub", "tasks.user_files"],
 }
