@@ -131,6 +131,36 @@ def _utility_table(rows: list[dict]) -> str:
                                                                                         columns=cols)
 
 
+@app.command()
+def trends(
+    only: Optional[str] = typer.Option(None, "--only", help="Comma-separated trends to check (default: all): "
+                                       "dp, iid_ood, naf_canaries, naf_pii, guard, hush."),
+    db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),
+    cache: Optional[str] = typer.Option(None, "--cache", help="Artifact cache dir (default $PRIVBENCH_CACHE or "
+                                                              "~/.cache/privbench)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
+    fmt: str = typer.Option("table", "--format", help="table, json or csv."),
+) -> None:
+    """Check whether each source paper's headline direction reproduces on the embedded models (the paper-trends
+    suites): runs (or reuses) one bundled suite per claim and prints the claim, its numbers and whether it holds."""
+    from bench.cache import ArtifactCache
+    from bench.report import format_rows
+    from bench.runner import Runner
+    from bench.suite import load_suite
+    from bench.trends import run_trends
+
+    store = _store(db)
+    art = ArtifactCache(cache)
+
+    def run_suite(name: str) -> int:
+        return Runner(load_suite(name), store, art, command=" ".join(["privbench"] + sys.argv[1:]),
+                      quiet=quiet).run().run_id
+
+    names = [n.strip() for n in only.split(",") if n.strip()] if only else None
+    rows = run_trends(names, store=store, cache=art, quiet=quiet, run_suite=run_suite)
+    typer.echo(format_rows(rows, fmt, columns=["trend", "paper", "holds", "claim", "numbers"]))
+
+
 @app.command("list")
 def list_(
     what: str = typer.Argument("all", help="attacks, defenses, tasks, games, models, suites or all"),

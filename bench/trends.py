@@ -140,9 +140,46 @@ def check_iid_ood(r: SuiteResults) -> TrendResult:
                        "; ".join(f"{a}: {_fmt(i)} vs {_fmt(o)}" for a, (i, o) in pairs.items()))
 
 
+#: next-token accuracies within this absolute distance count as "similar utility"
+SIMILAR_ACCURACY = 0.02
+
+
+def check_naf(r: SuiteResults) -> TrendResult:
+    """000: SCP-Δr lowers canary exposure below CP-Δ and the undefended model at similar next-token accuracy.
+
+    Holds when both SCP-Δr variants' mean exposure of inserted canaries is below CP-Δ's and fine-tuning's, and
+    their held-out next-token accuracy is no more than SIMILAR_ACCURACY below fine-tuning's."""
+    labels = ("finetune", "cp_delta", "scp_delta_r_b", "scp_delta_r_c")
+    exp = {d: r.metric(d, "adapt", "exposure", "exposure_mean_pos") for d in labels}
+    acc = {d: r.utility_value(d, "next_token_accuracy") for d in labels}
+    holds = all(exp[s] < exp["cp_delta"] and exp[s] < exp["finetune"]
+                and acc[s] >= acc["finetune"] - SIMILAR_ACCURACY for s in ("scp_delta_r_b", "scp_delta_r_c"))
+    return TrendResult(holds, "mean exposure of inserted canaries (next-token accuracy) — " +
+                       "; ".join(f"{d}: {exp[d]:.2f} ({acc[d]:.3f})" for d in labels) +
+                       " ; baseline for a never-inserted canary 1.44")
+
+
+def check_naf_pii(r: SuiteResults) -> TrendResult:
+    """000: SCP-Δr lowers PII extraction below CP-Δ and the undefended model.
+
+    Holds when both SCP-Δr variants' average extracted length of member IDs is below CP-Δ's and fine-tuning's
+    and their full extraction rate is not above either."""
+    labels = ("finetune", "cp_delta", "scp_delta_r_b", "scp_delta_r_c")
+    ael = {d: r.metric(d, "adapt", "pii_extraction", "pii_ael_pos") for d in labels}
+    fer = {d: r.metric(d, "adapt", "pii_extraction", "pii_fer_pos") for d in labels}
+    acc = {d: r.utility_value(d, "next_token_accuracy") for d in labels}
+    holds = all(ael[s] < ael["cp_delta"] and ael[s] < ael["finetune"] and fer[s] <= min(fer["cp_delta"],
+                fer["finetune"]) for s in ("scp_delta_r_b", "scp_delta_r_c"))
+    return TrendResult(holds, "Names2IDs member AEL / FER (next-token accuracy) — " +
+                       "; ".join(f"{d}: {ael[d]:.2f} / {fer[d]:.2f} ({acc[d]:.3f})" for d in labels))
+
+
 TRENDS: dict[str, Trend] = {t.name: t for t in (
     Trend("dp", "004", "DP at small ε brings MIA AUC toward 0.5; ε = ∞ does not", "dp", check_dp),
     Trend("iid_ood", "004", "the undefended model leaks more on IID than on OOD data", "iid_ood", check_iid_ood),
+    Trend("naf_canaries", "000", "SCP-Δr lowers canary exposure below CP-Δ and fine-tuning at similar "
+          "next-token accuracy", "naf_canaries", check_naf),
+    Trend("naf_pii", "000", "SCP-Δr lowers PII extraction below CP-Δ and fine-tuning", "naf", check_naf_pii),
     Trend("guard", "003", "GUARD: MIA AUC near 0.5 at a smaller utility loss than DP", "guard", check_guard),
     Trend("hush", "001", "Hush needs less noise than DP-SGD for the same per-secret bound", None, check_hush),
 )}

@@ -186,24 +186,25 @@ class Hush(Defense):
                 "note": "value = max over secrets of the posterior reconstruction bound (001 Lemma 3.2)"}
 
 
+def paper_world(n_secrets: int = 200, n: int = 4000, seed: int = 0) -> tuple[list[list[str]], dict]:
+    """Secret-bearing records as in 001 section 5.1: Zipf-like counts, p = 1e-10, r ~ U[2e-4, 1e-3]."""
+    rng = np.random.default_rng(seed)
+    secrets: list[list[str]] = [[] for _ in range(n)]
+    for j in range(n_secrets):
+        k = int(min(n // 10, 1 + rng.zipf(1.6)))
+        for i in rng.choice(n, size=k, replace=False):
+            secrets[i].append(f"s{j}")
+    targets = {f"s{j}": (1e-10, float(rng.uniform(2e-4, 1e-3))) for j in range(n_secrets)}
+    return secrets, targets
+
+
 if __name__ == "__main__":  # python -m defenses.hush: 001's comparison, Hush σ vs plain DP-SGD σ
     import json
     import sys
 
     from bench.secret_accounting import compare_with_dpsgd
 
-    def _world(n_secrets: int = 200, n: int = 4000, seed: int = 0) -> tuple[list, dict]:
-        """Secret-bearing records as in 001 section 5.1: Zipf-like counts, p = 1e-10, r ~ U[2e-4, 1e-3]."""
-        rng = np.random.default_rng(seed)
-        secrets: list[list[str]] = [[] for _ in range(n)]
-        for j in range(n_secrets):
-            k = int(min(n // 10, 1 + rng.zipf(1.6)))
-            for i in rng.choice(n, size=k, replace=False):
-                secrets[i].append(f"s{j}")
-        targets = {f"s{j}": (1e-10, float(rng.uniform(2e-4, 1e-3))) for j in range(n_secrets)}
-        return secrets, targets
-
-    secrets, targets = _world()
+    secrets, targets = paper_world()
     cs = [float(x) for x in sys.argv[1:]] or [None]
     for c in cs:
         out = compare_with_dpsgd(secrets, targets, batch_size=64, steps=1000, c=c)
