@@ -22,7 +22,7 @@ from bench.cache import ArtifactCache
 from bench.device import select_device, set_threads, tune_allocator
 from bench.errors import ConfigError, PluginError, PrivbenchError
 from bench.game import AdaptationData, Challenger, ShadowSet
-from bench.lm import SHADOW_MODELS
+from bench.lm import FINETUNE_REFERENCE, SHADOW_MODELS
 from bench.hashing import code_version, content_hash
 from bench.lm import HFLanguageModel, SignalCache
 from bench.metrics import exposure_metrics, membership_metrics
@@ -170,6 +170,18 @@ class Runner:
             members.append(texts)
         return ShadowSet(tuple(models), tuple(members), split["z"], label)
 
+    def _attacker_trainers(self, spec, base: tuple, ref_base: tuple | None, device) -> dict | None:
+        if not any(FINETUNE_REFERENCE in a.instance.requires for a in self.suite.attacks):
+            return None
+        from functools import partial
+
+        from bench.attacker_models import make_trainer
+        out = {"base": partial(make_trainer, self.cache, spec, base, "released θ", device, self.signals)}
+        if ref_base is not None:
+            out["reference"] = partial(make_trainer, self.cache, spec, ref_base, "attacker reference", device,
+                                       self.signals)
+        return out
+
     def _check_world(self, task_label: str, data) -> None:
         """Refuse, before any training, games or models a task's membership structure cannot honour."""
         s = self.suite
@@ -215,6 +227,9 @@ class Runner:
                     "base": self._shadows(spec, data, d, (base_path, base_key), reference, device, "released θ"),
                     "reference": self._shadows(spec, data, d, ref_base, reference, device, "attacker reference"),
                 }
+        # attacks that fine-tune a copy of the attacker's calibration model (Self-prompt) get a trainer per start model
+        self._trainers = self._attacker_trainers(spec, (base_path, base_key), ref_base if reference is not None
+                                                 else None, device)
         for d in s.defenses:
             self.log(f"defense '{d.label}': adapting θ → θ' on {len(adaptation.texts)} records")
             ad_path, ad_key, meta = ensure_adapted(self.cache, spec, (base_path, base_key), d.instance, adaptation,
@@ -243,10 +258,11 @@ class Runner:
             self._skipped += 1
             return
         t0 = time.perf_counter()
-        view = ch.view(inst, requires=a.instance.requires, pretrained=theta, adapted=theta_p, reference=reference,
-                       population=data.population, attack_name=a.label, shadows=shadows)
-        try:
-            scores = run_attack(a.instance, view)
+        try:  # the view is built inline: no runner frame keeps a reference to it while the attack runs
+            scores = run_attack(a.instance, ch.view(
+                inst, requires=a.instance.requires, pretrained=theta, adapted=theta_p, reference=reference,
+                population=data.population, attack_name=a.label, shadows=shadows,
+                trainers=getattr(self, "_trainers", None)))
         except PluginError as exc:
             raise PluginError(f"{exc} [game {inst.spec.name}, defense {d.label}]") from exc
         rows = membership_metrics(inst.labels, scores, fprs=tuple(s.metrics["fprs"]), n_boot=s.metrics["n_boot"],
