@@ -42,6 +42,46 @@ class Attack(Plugin):
         return d
 
 
+def _score_in_fresh_thread(attack: Attack, box: dict):
+    """``attack.score(view)`` on a new thread, with the view handed over through ``box`` (emptied on pickup).
+
+    Why: no frame of the runner (which holds the labels) is then on the attack's own stack, so
+    ``sys._getframe``/``inspect.stack`` walks end at the thread start, and no frame of the caller holds the view,
+    so ``gc.get_referrers(view)`` does not lead back to the runner. Not a sandbox: docs/attacks.md lists what
+    only process isolation closes (``gc.get_objects``, ``sys._current_frames``, closure cells).
+    """
+    import threading
+
+    out: dict = {}
+
+    def call() -> None:
+        a, v = box.pop("attack"), box.pop("view")
+        try:
+            out["scores"] = a.score(v)
+        except BaseException as exc:  # re-raised on the caller's thread
+            out["exc"] = exc
+
+    # the attack scores as a shallow copy: the suite's instance is referenced by the suite and the runner, so
+    # gc.get_referrers(self) on it would lead there; state the attack keeps (e.g. RMIA's tuning) is copied back
+    import copy
+    try:
+        twin = copy.copy(attack)
+    except Exception:  # an attack that cannot be copied scores as itself
+        twin = attack
+    box["attack"] = twin
+    try:
+        t = threading.Thread(target=call, name="privbench-attack", daemon=True)
+        t.start()
+        t.join()
+    finally:
+        if twin is not attack and hasattr(twin, "__dict__"):
+            vars(attack).update(vars(twin))
+        del twin
+    if "exc" in out:
+        raise out.pop("exc")
+    return out.pop("scores")
+
+
 def run_attack(attack: Attack, view: AttackerView) -> np.ndarray:
     """Call an attack and enforce its contract: no exception escapes unnamed, one finite score per target.
 
@@ -59,8 +99,11 @@ def _run_checked(attack: Attack, view: AttackerView) -> np.ndarray:
     if unknown:
         raise PluginError(f"attack '{attack.name}' requires unknown capabilities {sorted(unknown)}: "
                           f"use {sorted(ALL_CAPABILITIES)}")
+    n_targets = len(view.targets)
+    box = {"view": view}
+    del view  # from here on only the attack's thread holds the view
     try:
-        raw = attack.score(view)
+        raw = _score_in_fresh_thread(attack, box)
     except PluginError:
         raise
     except Exception as exc:
@@ -74,8 +117,8 @@ def _run_checked(attack: Attack, view: AttackerView) -> np.ndarray:
     except (TypeError, ValueError) as exc:
         raise PluginError(f"attack '{attack.name}' returned {type(raw).__name__}, not numbers: return one float "
                           f"per target") from exc
-    if scores.shape[0] != len(view.targets):
-        raise PluginError(f"attack '{attack.name}' returned {scores.shape[0]} scores for {len(view.targets)} "
+    if scores.shape[0] != n_targets:
+        raise PluginError(f"attack '{attack.name}' returned {scores.shape[0]} scores for {n_targets} "
                           f"targets: return exactly one score per target, in the order given")
     bad = int((~np.isfinite(scores)).sum())
     if bad:

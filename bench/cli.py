@@ -209,6 +209,8 @@ def list_(
             typer.echo(head)
             if it.get("description"):
                 typer.echo(f"      {it['description']}")
+            if it.get("reference"):  # attacks: the paper and equation the score follows
+                typer.echo(f"      paper: {it['reference']}")
             if "layers" in it:
                 typer.echo(f"      {it['layers']} layers, hidden {it['hidden']}, {it['heads']} heads, "
                            f"context {it['context']}, vocab {it['vocab']}")

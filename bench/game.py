@@ -43,7 +43,8 @@ import numpy as np
 from bench.errors import CapabilityError, DataError
 from bench.hashing import content_hash
 from bench.lm import (
-    MODEL_CAPABILITIES, POPULATION, REFERENCE_MODEL, SHADOW_MODELS, USER_SAMPLES, LanguageModel, RestrictedModel,
+    FINETUNE_REFERENCE, MODEL_CAPABILITIES, POPULATION, REFERENCE_MODEL, SHADOW_MODELS, USER_SAMPLES, LanguageModel,
+    RestrictedModel,
 )
 from bench.params import Param, validate_params
 from bench.task import TaskData
@@ -189,19 +190,21 @@ class AttackerView:
     """Everything an attack may use in one game. Read-only; carries no labels and no challenger state.
 
     ``unit`` is the membership unit ("record", "user", "secret"); for unit games each target's ``samples``
-    are what the attacker knows of the unit (:mod:`bench.units`).
+    are what the attacker knows of the unit (:mod:`bench.units`). ``trainer`` fine-tunes a fresh copy of the
+    attacker's calibration model for attacks that declare ``finetune_reference`` (self-prompt).
     """
 
-    __slots__ = ("game", "targets", "model", "base", "reference", "population", "shadows", "public_format", "unit")
+    __slots__ = ("game", "targets", "model", "base", "reference", "population", "shadows", "public_format", "unit",
+                 "trainer")
 
     def __init__(self, game: str, targets: tuple[Target, ...], model: LanguageModel,
                  base: LanguageModel | None, reference: LanguageModel | None,
                  population: tuple[str, ...] | None, shadows: ShadowSet | None = None,
-                 public_format: dict | None = None, unit: str = "record") -> None:
+                 public_format: dict | None = None, unit: str = "record", trainer: Any = None) -> None:
         import copy
         for name, value in (("game", game), ("targets", targets), ("model", model), ("base", base),
                             ("reference", reference), ("population", population), ("shadows", shadows),
-                            ("public_format", copy.deepcopy(public_format)), ("unit", unit)):
+                            ("public_format", copy.deepcopy(public_format)), ("unit", unit), ("trainer", trainer)):
             object.__setattr__(self, name, value)
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -393,8 +396,15 @@ class Challenger:
     def view(self, inst: GameInstance, *, requires: frozenset[str], pretrained: LanguageModel,
              adapted: LanguageModel | None, reference: LanguageModel | None,
              population: tuple[str, ...] | None, attack_name: str = "attack",
-             shadows: dict[str, ShadowSet] | None = None) -> AttackerView:
-        """Build the attacker's view of one game, giving the attack only what it declared and the game releases."""
+             shadows: dict[str, ShadowSet] | None = None, trainers: dict[str, Any] | None = None) -> AttackerView:
+        """Build the attacker's view of one game, giving the attack only what it declared and the game releases.
+
+        ``trainers`` maps a start model ("base" = θ, "reference" = the attacker's) to a factory of
+        :class:`bench.attacker_models.ReferenceTrainer`, for attacks that declare ``finetune_reference``; the
+        trainer starts from θ where the game releases it, else from the attacker's reference model.
+        Texts and ids reach the attacker as fresh copies, so ``gc.get_referrers`` on anything in the view leads
+        back to the view only, never to this challenger, the game instance or the task data (see docs/attacks.md).
+        """
         spec = inst.spec
         caps = frozenset(requires) & MODEL_CAPABILITIES
         target_model = pretrained if spec.target_model == "pretrained" else adapted
@@ -425,11 +435,31 @@ class Challenger:
             if raw is None:
                 raise CapabilityError(f"attack '{attack_name}' needs shadow models for game '{spec.name}' but none "
                                       f"were built: enable `reference` in the suite")
-            shadow_set = ShadowSet(tuple(RestrictedModel(m, caps, "shadow") for m in raw.models), raw.members,
-                                   raw.held_out, raw.base)
+            shadow_set = ShadowSet(tuple(RestrictedModel(m, caps, "shadow") for m in raw.models),
+                                   tuple(_detached(m) for m in raw.members), _detached(raw.held_out), raw.base)
+        trainer = None
+        if FINETUNE_REFERENCE in requires:
+            which = "base" if spec.releases_base else "reference"
+            factory = (trainers or {}).get(which)  # a fresh trainer per view: nothing shared leads back here
+            trainer = factory() if factory is not None else None
+            if trainer is None:
+                raise CapabilityError(f"attack '{attack_name}' fine-tunes a copy of the attacker's calibration model "
+                                      f"but game '{spec.name}' has no {which} model to start from: enable "
+                                      f"`reference` in the suite")
         public = self._data.public_format
         if public is not None and "user_samples" in public:
             # a user's samples reach the attack as Target.samples; the map keyed by user id stays here
             public = {k: v for k, v in public.items() if k != "user_samples"}
-        return AttackerView(spec.name, inst.targets, RestrictedModel(target_model, caps, "released"),
-                            base, ref, pop, shadow_set, public, self.unit)
+        targets = tuple(Target(_copy_str(t.id), _copy_str(t.text), _detached(t.samples)) for t in inst.targets)
+        return AttackerView(spec.name, targets, RestrictedModel(target_model, caps, "released"),
+                            base, ref, None if pop is None else _detached(pop), shadow_set, public, self.unit,
+                            trainer)
+
+
+def _copy_str(s: str) -> str:
+    """A new string object equal to ``s`` (str(s) and s[:] return ``s`` itself): cuts gc referrer chains."""
+    return s.encode("utf-8", "surrogatepass").decode("utf-8", "surrogatepass") if len(s) > 1 else s
+
+
+def _detached(texts: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(_copy_str(t) for t in texts)

@@ -26,8 +26,12 @@ REFERENCE_MODEL = "reference_model"
 SHADOW_MODELS = "shadow_models"
 POPULATION = "population"
 USER_SAMPLES = "user_samples"
+#: the attacker may fine-tune a copy of its calibration model (θ where released, else its own reference model) on
+#: texts of its choosing with the public recipe (e.g. Self-prompt's reference); see bench/attacker_models.py
+FINETUNE_REFERENCE = "finetune_reference"
 MODEL_CAPABILITIES = frozenset({TOKEN_LOGPROBS, NEXT_TOKEN_DISTRIBUTION, GENERATE})
-ALL_CAPABILITIES = MODEL_CAPABILITIES | {REFERENCE_MODEL, SHADOW_MODELS, POPULATION, USER_SAMPLES}
+ALL_CAPABILITIES = MODEL_CAPABILITIES | {REFERENCE_MODEL, SHADOW_MODELS, POPULATION, USER_SAMPLES,
+                                         FINETUNE_REFERENCE}
 
 
 class LanguageModel(ABC):

@@ -21,8 +21,8 @@ T = TypeVar("T")
 
 BUILTIN_MODULES = {
     "attack": ["attacks.loss", "attacks.zlib", "attacks.lowercase", "attacks.min_k", "attacks.min_k_pp",
-               "attacks.reference", "attacks.recall", "attacks.rmia", "attacks.exposure",
-               "attacks.extraction", "attacks.user_inference"],
+               "attacks.reference", "attacks.recall", "attacks.rmia", "attacks.self_prompt",
+               "attacks.exposure", "attacks.extraction", "attacks.user_inference"],
     "defense": ["defenses.finetune", "defenses.lora", "defenses.dp", "defenses.mitigations", "defenses.dedup",
                 "defenses.goldfish", "defenses.guard", "defenses.hush", "defenses.naf"],
     "task": ["tasks.mini_pile", "tasks.pile_subsets", "tasks.canaries", "tasks.names2ids", "tasks.users",

@@ -18,7 +18,7 @@ from typing import Any
 
 from bench.errors import ConfigError
 
-__all__ = ["FORMATS", "AUC_METRICS", "format_rows", "format_value", "summarize"]
+__all__ = ["FORMATS", "AUC_METRICS", "format_rows", "format_value", "split_label", "summarize", "sweep_summary"]
 
 FORMATS = ("table", "json", "csv")
 AUC_METRICS = ("auc", "roc_auc", "auroc")
@@ -158,6 +158,72 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+def split_label(label: str) -> tuple[str, dict[str, str]]:
+    """``"min_k(k=0.1)"`` -> ``("min_k", {"k": "0.1"})``: a swept suite entry's base name and parameter values
+    (see :func:`bench.suite.sweep_suffix`); a plain label has no values."""
+    if not label.endswith(")") or "(" not in label:
+        return label, {}
+    base, _, inner = label[:-1].partition("(")
+    values: dict[str, str] = {}
+    for part in inner.split(", "):
+        k, eq, v = part.partition("=")
+        if not eq or not k:
+            return label, {}
+        values[k] = v
+    return base, values
+
+
+def _attack_order(label: str) -> tuple:
+    """Sort key: by base name, then swept values numerically where they are numbers (k=0.05 before k=0.1)."""
+    base, values = split_label(label)
+
+    def num(v: str) -> tuple:
+        try:
+            return (0, float(v), v)
+        except ValueError:
+            return (1, 0.0, v)
+    return (base, tuple((k, num(v)) for k, v in values.items()))
+
+
+def _clip_attack(label: str, width: int) -> str:
+    """Clip a column label, keeping a swept entry's parameter values (the part that tells the columns apart)."""
+    if len(label) <= width:
+        return label
+    base, values = split_label(label)
+    if values:
+        suffix = label[len(base):]
+        room = width - len(suffix)
+        if room >= 4:
+            return _clip(base, room) + suffix
+    return _clip(label, width)
+
+
+def sweep_summary(rows: list[dict]) -> str:
+    """AUC against each swept parameter value: one line per (task/model, defense/game, attack, parameter).
+
+    Swept entries are labelled like ``min_k(k=0.1)`` by the suite; empty when the run swept nothing.
+    """
+    auc = [r for r in rows if str(r.get("metric", "")).lower() in AUC_METRICS]
+    series: dict[tuple, dict[str, list[float]]] = {}
+    for r in auc:
+        base, values = split_label(str(r.get("attack")))
+        if len(values) != 1:
+            continue
+        (param, value), = values.items()
+        key = (str(r.get("task")), str(r.get("model")), str(r.get("defense")), str(r.get("game")), base, param)
+        series.setdefault(key, {}).setdefault(value, []).append(float(r["value"]))
+    lines = []
+    for (task, model, defense, game, base, param), by_value in sorted(series.items()):
+        if len(by_value) < 2:
+            continue
+        order = sorted(by_value, key=lambda v: _attack_order(f"x({param}={v})"))
+        cells = "  ".join(f"{param}={v}: {sum(by_value[v]) / len(by_value[v]):.3f}" for v in order)
+        lines.append(f"  {task}/{model} {defense} / {game}  {base}  {cells}")
+    if not lines:
+        return ""
+    return "AUC by swept parameter\n" + "\n".join(lines)
+
+
 def _chunks(attacks: list[str], widths: dict[str, int], budget: int) -> Iterable[list[str]]:
     """Split attack columns into groups that fit next to the row label."""
     chunk: list[str] = []
@@ -205,7 +271,7 @@ def summarize(rows: list[dict]) -> str:
     multi_seed = False
 
     for (task, model), by_row in groups.items():
-        attacks = sorted({a for cells in by_row.values() for a in cells})
+        attacks = sorted({a for cells in by_row.values() for a in cells}, key=_attack_order)
         table: dict[tuple[str, str], dict[str, str]] = {}
         for dg, cells in by_row.items():
             means = {a: sum(float(x["value"]) for x in xs) / len(xs) for a, xs in cells.items()}
@@ -231,14 +297,14 @@ def summarize(rows: list[dict]) -> str:
         labels = {dg: _clip(f"{dg[0]} / {dg[1]}", _LABEL_MAX) for dg in table}
         label_w = max([len("defense / game")] + [len(v) for v in labels.values()])
         col_w = {  # cell width including the two marker characters
-            a: max([len(_clip(a, 24)) + 2] + [len(table[dg].get(a, "-  ")) for dg in table]) for a in attacks
+            a: max([len(_clip_attack(a, 24)) + 2] + [len(table[dg].get(a, "-  ")) for dg in table]) for a in attacks
         }
         out.append("")
         out.append(f"task {task}, model {model}")
         for i, chunk in enumerate(_chunks(attacks, col_w, WIDTH - label_w - 1)):
             if i:
                 out.append("")
-            header = [_clip(a, 24).rjust(col_w[a] - 2) + "  " for a in chunk]
+            header = [_clip_attack(a, 24).rjust(col_w[a] - 2) + "  " for a in chunk]
             rules = ["-" * (col_w[a] - 2) + "  " for a in chunk]
             out.append(("defense / game".ljust(label_w) + "  " + " ".join(header)).rstrip())
             out.append(("-" * label_w + "  " + " ".join(rules)).rstrip())
@@ -255,4 +321,7 @@ def summarize(rows: list[dict]) -> str:
     if flags:
         out.append("! flagged:")
         out.extend(flags)
+    sweeps = sweep_summary(rows)
+    if sweeps:
+        out += ["", sweeps]
     return "\n".join(out)

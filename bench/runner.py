@@ -27,7 +27,7 @@ from bench.device import (configure_determinism, release_memory, score_bf16, sel
                           tune_allocator)
 from bench.errors import ConfigError, DataError, PluginError, PrivbenchError
 from bench.game import AdaptationData, Challenger, ShadowSet
-from bench.lm import SHADOW_MODELS
+from bench.lm import FINETUNE_REFERENCE, SHADOW_MODELS
 from bench.hashing import code_version, content_hash
 from bench.lm import HFLanguageModel, SignalCache
 from bench.metrics import exposure_metrics, membership_metrics
@@ -343,6 +343,20 @@ class Runner:
             path, key, _ = self._adapted(ti, mi, seed, di)
         return self._lm_from(path, key, spec, self.device)
 
+    def _attacker_trainers(self, spec, base: tuple, ref_base: tuple | None, device) -> dict | None:
+        """Factories of fresh trainers for attacks that fine-tune a copy of the attacker's calibration model
+        (Self-prompt), one per start model; None when no attack of the suite asks for one."""
+        if not any(FINETUNE_REFERENCE in a.instance.requires for a in self.suite.attacks):
+            return None
+        from functools import partial
+
+        from bench.attacker_models import make_trainer
+        out = {"base": partial(make_trainer, self.cache, spec, base, "released θ", device, self.signals)}
+        if ref_base is not None:
+            out["reference"] = partial(make_trainer, self.cache, spec, ref_base, "attacker reference", device,
+                                       self.signals)
+        return out
+
     def _check_world(self, task_label: str, data) -> None:
         """Refuse, before any training, games or models a task's membership structure cannot honour."""
         s = self.suite
@@ -441,7 +455,9 @@ class Runner:
         row = self._evaluate(None, ch, ch.instance(game), s.attacks[p["ai"]], self._defense(ti, mi, seed, di),
                              self._model_lm_memo(ti, mi, seed, "pretrained", di),
                              self._model_lm_memo(ti, mi, seed, "adapted", di), reference, self._data(ti),
-                             self._shadow_sets(ti, mi, seed, di), **self._common(p))
+                             self._shadow_sets(ti, mi, seed, di), **self._common(p),
+                             trainers=self._attacker_trainers(s.models[mi], self._theta(ti, mi, seed, di),
+                                                              self._reference_base(ti, mi), self.device))
         if row is None:
             return JobResult(skipped=1)
         return JobResult([("evaluation", row)], new=1)
@@ -453,7 +469,7 @@ class Runner:
                             a.instance.key, self.suite.metrics)
 
     def _evaluate(self, run_id, ch, inst, a, d, theta, theta_p, reference, data, shadows, *, task, model,
-                  seed) -> dict | None:
+                  seed, trainers: dict | None = None) -> dict | None:
         """Score one (game, defense, attack) cell; return its evaluation row (None when already stored)."""
         s = self.suite
         eval_key = self.eval_key(ch.world_key, theta.fingerprint, theta_p.fingerprint,
@@ -461,10 +477,10 @@ class Runner:
         if eval_key in self.done_evals:
             return None
         t0 = time.perf_counter()
-        view = ch.view(inst, requires=a.instance.requires, pretrained=theta, adapted=theta_p, reference=reference,
-                       population=data.population, attack_name=a.label, shadows=shadows)
-        try:
-            scores = run_attack(a.instance, view)
+        try:  # the view is built inline: no runner frame keeps a reference to it while the attack runs
+            scores = run_attack(a.instance, ch.view(
+                inst, requires=a.instance.requires, pretrained=theta, adapted=theta_p, reference=reference,
+                population=data.population, attack_name=a.label, shadows=shadows, trainers=trainers))
         except PluginError as exc:
             raise PluginError(f"{exc} [game {inst.spec.name}, defense {d.label}]") from exc
         rows = membership_metrics(inst.labels, scores, fprs=tuple(s.metrics["fprs"]), n_boot=s.metrics["n_boot"],

@@ -118,18 +118,18 @@ def load_suite(ref: str) -> Suite:
     return parse_suite(raw, path=str(path))
 
 
-def _entries(raw: Any, key: str, registry, suite: str) -> list[PluginEntry]:
+def _entries(raw: Any, key: str, registry, suite: str, *, sweep: bool = False) -> list[PluginEntry]:
     if raw is None:
         raise ConfigError(f"suite '{suite}': '{key}' is missing: list at least one {registry.kind}")
     if not isinstance(raw, list) or not raw:
         raise ConfigError(f"suite '{suite}': '{key}' must be a non-empty list of names or {{name, params}} mappings")
+    allowed = {"name", "params", "label"} | ({"sweep"} if sweep else set()) | ({"match"} if key == "defenses" else set())
     out, seen = [], set()
     for item in raw:
         if isinstance(item, str):
             item = {"name": item}
         if not isinstance(item, dict) or "name" not in item:
             raise ConfigError(f"suite '{suite}': every entry of '{key}' needs a 'name' (got {item!r})")
-        allowed = {"name", "params", "label"} | ({"match"} if key == "defenses" else set())
         extra = set(item) - allowed
         if extra:
             raise ConfigError(f"suite '{suite}': entry '{item['name']}' of '{key}' has unknown keys {sorted(extra)}: "
@@ -137,17 +137,55 @@ def _entries(raw: Any, key: str, registry, suite: str) -> list[PluginEntry]:
         params = item.get("params") or {}
         if not isinstance(params, dict):
             raise ConfigError(f"suite '{suite}': params of '{item['name']}' must be a mapping")
-        instance = registry.create(str(item["name"]), params)
-        label = str(item.get("label") or item["name"])
-        if label in seen:
-            raise ConfigError(f"suite '{suite}': '{label}' appears twice in '{key}': give one a distinct 'label'")
-        seen.add(label)
         match = None
         if "match" in item:  # matched utility (bench/matching.py)
             from bench.matching import parse_match
             match = parse_match(item["match"], str(item["name"]), params, registry.create, suite)
-        out.append(PluginEntry(label, str(item["name"]), params, instance, match))
+        base_label = str(item.get("label") or item["name"])
+        for point in sweep_points(item.get("sweep"), params, registry, str(item["name"]), suite):
+            instance = registry.create(str(item["name"]), {**params, **point})
+            # the label shows the swept values as validated (e.g. k=0.1), so every point is its own leaderboard entry
+            label = base_label + (sweep_suffix({k: instance.config[k] for k in point}) if point else "")
+            if label in seen:
+                raise ConfigError(f"suite '{suite}': '{label}' appears twice in '{key}': give one a distinct 'label'")
+            seen.add(label)
+            out.append(PluginEntry(label, str(item["name"]), {**params, **point}, instance, match))
     return out
+
+
+def sweep_suffix(point: dict[str, Any]) -> str:
+    """``(k=0.1)`` or ``(k=0.1, seed=2)``: how a swept entry's label names its parameter values."""
+    return "(" + ", ".join(f"{k}={v}" for k, v in point.items()) + ")"
+
+
+def sweep_points(raw: Any, params: dict[str, Any], registry, name: str, suite: str) -> list[dict[str, Any]]:
+    """The grid of a ``sweep: {param: [values...]}`` mapping, in the order written (cartesian product).
+
+    ``[{}]`` when there is no sweep. Parameter names are checked here; values are validated by the plugin like any
+    parameter when each point is instantiated.
+    """
+    if raw is None:
+        return [{}]
+    where = f"suite '{suite}': sweep of '{name}'"
+    if not isinstance(raw, dict) or not raw:
+        raise ConfigError(f"{where} must be a mapping of parameter: [values] (e.g. sweep: {{k: [0.1, 0.2]}})")
+    known = {p.name for p in registry.get(name).params}
+    axes = []
+    for param, values in raw.items():
+        if param not in known:
+            close = difflib.get_close_matches(str(param), sorted(known), n=1)
+            raise ConfigError(f"{where}: unknown parameter '{param}': " +
+                              (f"did you mean '{close[0]}'?" if close else
+                               f"known parameters: {', '.join(sorted(known)) or 'none'}"))
+        if param in params:
+            raise ConfigError(f"{where}: '{param}' is both in params and swept: keep it in one of them")
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"{where}: '{param}' must list at least one value (e.g. {param}: [0.1, 0.2])")
+        if len({repr(v) for v in values}) != len(values):
+            raise ConfigError(f"{where}: '{param}' repeats a value: list each value once")
+        axes.append([(param, v) for v in values])
+    import itertools
+    return [dict(combo) for combo in itertools.product(*axes)]
 
 
 def parse_suite(raw: Any, path: str | None = None) -> Suite:
@@ -189,7 +227,7 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
     try:
         tasks = _entries(raw.get("tasks"), "tasks", TASKS, name)
         defenses = _entries(raw.get("defenses"), "defenses", DEFENSES, name)
-        attacks = _entries(raw.get("attacks"), "attacks", ATTACKS, name)
+        attacks = _entries(raw.get("attacks"), "attacks", ATTACKS, name, sweep=True)
     except ConfigError:
         raise
     except PrivbenchError as exc:

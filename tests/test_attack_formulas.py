@@ -326,3 +326,95 @@ def test_loss_attack_scores_trained_text_higher(world):
     score_a, score_b = LossAttack().score(view)
     assert score_a > score_b + 1.0, (score_a, score_b)
     assert score_a > LossAttack().score(world["view"])[3] + 1.0   # training lowered the member's loss
+
+
+# -- Lowercase, ReCall, Con-ReCall ----------------------------------------------------------------------------
+
+def _nll(s) -> float:
+    return -float(np.mean(s["lp"]))
+
+
+def test_lowercase_attack(world):
+    from attacks.lowercase import LowercaseAttack
+
+    lower = _reference_signals(world["model"], world["tok"], [t.lower() for t in world["texts"]])
+    want = [_nll(lo) - _nll(s) for lo, s in zip(lower, world["sig"])]    # log(ppl(lower x) / ppl(x))
+    np.testing.assert_allclose(LowercaseAttack().score(world["view"]), want, rtol=0, atol=ATOL)
+    assert any(t != t.lower() for t in world["texts"])   # the transform changed some texts
+
+
+@torch.no_grad()
+def _conditional_lp(model, tok, prefix: str, text: str) -> np.ndarray:
+    """lp_t of the text's tokens after BOS + prefix in one float64 forward; the prefix is cut from the left to
+    leave room for the text but keeps at least a quarter of the context (privbench's documented rule)."""
+    p = tok(prefix, add_special_tokens=False)["input_ids"]
+    t = tok(text, add_special_tokens=False)["input_ids"]
+    keep = max(MAX_LEN - 1 - len(t), min(len(p), MAX_LEN // 4))
+    p = p[-keep:] if keep < len(p) else p
+    ids = ([tok.bos_token_id] + p + t)[:MAX_LEN]
+    start = 1 + len(p)
+    logp = torch.log_softmax(copy.deepcopy(model).double()(torch.tensor([ids])).logits[0].double(), -1)
+    return np.array([float(logp[j - 1, ids[j]]) for j in range(start, len(ids))])
+
+
+def _shots(population, n, seed, chars):
+    idx = np.random.default_rng(seed).choice(len(population), size=min(n, len(population)), replace=False)
+    return [population[int(i)][:chars] for i in idx]
+
+
+@pytest.fixture(scope="module")
+def recall_view(world):
+    population = tuple(_corpus(40, seed=9))
+    caps = frozenset({TOKEN_LOGPROBS, "generate"})
+    texts = world["texts"][:4] + [world["texts"][6]]   # keep the long, truncated texts out: conditioning cuts them
+    view = AttackerView(game="adapt", targets=tuple(Target(str(i), t) for i, t in enumerate(texts)),
+                        model=RestrictedModel(world["lm"], caps, "released"), base=None, reference=None,
+                        population=population)
+    return view, texts, population
+
+
+def _recall_ll(model, tok, texts, prefix):
+    """(LL(x), LL(x | prefix)): mean token log-likelihoods over the tokens both score."""
+    uncond = _reference_signals(model, tok, texts)
+    a, b = [], []
+    for text, u in zip(texts, uncond):
+        c = _conditional_lp(model, tok, prefix, text)
+        m = min(len(u["lp"]), len(c))
+        a.append(float(np.mean(u["lp"][:m])))
+        b.append(float(np.mean(c[:m])))
+    return np.array(a), np.array(b)
+
+
+def test_recall_attack(world, recall_view):
+    from attacks.recall import ReCallAttack
+
+    view, texts, population = recall_view
+    prefix = "\n\n".join(_shots(population, 3, 0, 200)) + "\n\n"
+    ll, ll_p = _recall_ll(world["model"], world["tok"], texts, prefix)
+    want = ll_p / ll                                         # ReCall (Xie et al. 2024): LL(x|P) / LL(x)
+    np.testing.assert_allclose(ReCallAttack().score(view), want, rtol=1e-5, atol=ATOL)
+    assert not np.allclose(ll_p, ll)                          # the prefix really conditioned the scores
+
+
+def test_con_recall_attack_with_population_member_prefix(world, recall_view):
+    from attacks.recall import ConReCallAttack
+
+    view, texts, population = recall_view
+    non = "\n\n".join(_shots(population, 3, 0, 200)) + "\n\n"
+    mem = "\n\n".join(_shots(population, 3, 2, 200)) + "\n\n"
+    ll, ll_non = _recall_ll(world["model"], world["tok"], texts, non)
+    _, ll_mem = _recall_ll(world["model"], world["tok"], texts, mem)
+    for gamma in (1.0, 0.5):                                  # Con-ReCall (Wang et al. 2024)
+        want = (ll_non - gamma * ll_mem) / ll
+        got = ConReCallAttack(member_source="population", gamma=gamma).score(view)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=ATOL)
+
+
+def test_lowest_k_count_is_the_exact_ceiling_for_swept_k():
+    from attacks.min_k import lowest_k_mean, n_lowest
+
+    for k in (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0):
+        for n in range(1, 301):
+            assert n_lowest(k, n) == _n_lowest(k, n), (k, n)
+    values = np.arange(30, dtype=np.float64)            # 0.1 · 30 = 3.0000000000000004 in floating point
+    assert lowest_k_mean(values, 0.1) == pytest.approx(1.0)   # mean of 0, 1, 2 — not of 0 … 3

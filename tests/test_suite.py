@@ -240,3 +240,85 @@ def test_non_string_top_level_key_is_a_config_error(smoke_raw):
     raw[1] = "x"
     with pytest.raises(ConfigError):
         parse_suite(raw)
+
+
+# ---------------------------------------------------------------------------------------- parameter sweeps
+
+def test_sweep_expands_into_labelled_validated_entries(smoke_raw):
+    raw = variant(smoke_raw, attacks=["loss", {"name": "min_k", "sweep": {"k": [0.05, 0.1, 0.2, 0.5]}},
+                                      {"name": "min_k_pp", "label": "mkpp", "sweep": {"k": [0.5, 1]}}])
+    s = parse_suite(raw)
+    labels = [a.label for a in s.attacks]
+    assert labels == ["loss", "min_k(k=0.05)", "min_k(k=0.1)", "min_k(k=0.2)", "min_k(k=0.5)",
+                      "mkpp(k=0.5)", "mkpp(k=1.0)"]          # the integer 1 is validated to the float 1.0
+    assert [a.instance.k for a in s.attacks[1:5]] == [0.05, 0.1, 0.2, 0.5]
+    assert all(type(a.instance).name == "min_k" for a in s.attacks[1:5])
+    # each point is its own configured plugin: distinct keys, recorded in the resolved config (and its hash)
+    assert len({a.instance.key for a in s.attacks}) == len(s.attacks)
+    assert [e["label"] for e in s.config["attacks"]] == labels
+    assert s.config_hash != parse_suite(variant(smoke_raw, attacks=["loss", "min_k"])).config_hash
+
+
+def test_sweep_is_a_cartesian_product_with_fixed_params(smoke_raw):
+    raw = variant(smoke_raw, attacks=[{"name": "rmia", "params": {"alpha": 0.3},
+                                       "sweep": {"gamma": [1.0, 2.0], "tie_break": [True, False]}}])
+    s = parse_suite(raw)
+    assert [a.label for a in s.attacks] == ["rmia(gamma=1.0, tie_break=True)", "rmia(gamma=1.0, tie_break=False)",
+                                            "rmia(gamma=2.0, tie_break=True)", "rmia(gamma=2.0, tie_break=False)"]
+    assert {a.instance.alpha for a in s.attacks} == {0.3}
+    assert [(a.instance.gamma, a.instance.tie_break) for a in s.attacks] == [(1.0, True), (1.0, False),
+                                                                          (2.0, True), (2.0, False)]
+
+
+@pytest.mark.parametrize("sweep,words", [
+    ({"kk": [0.1]}, ["unknown parameter 'kk'", "did you mean 'k'"]),
+    ({"k": [0.0, 0.1]}, ["parameter 'k'", "> 0.0"]),              # validated like any parameter
+    ({"k": [1.5]}, ["parameter 'k'", "<= 1.0"]),
+    ({"k": ["x"]}, ["parameter 'k'", "use a number"]),
+    ({"k": []}, ["at least one value"]),
+    ({"k": 0.1}, ["at least one value"]),
+    ({"k": [0.1, 0.1]}, ["repeats a value"]),
+    ([0.1, 0.2], ["mapping of parameter"]),
+    ({}, ["mapping of parameter"]),
+])
+def test_bad_sweeps_are_config_errors(smoke_raw, tmp_path, sweep, words):
+    msg = load_error(tmp_path, variant(smoke_raw, attacks=[{"name": "min_k", "sweep": sweep}]))
+    assert "min_k" in msg
+    for w in words:
+        assert w in msg, msg
+
+
+def test_sweep_conflicts_and_duplicates(smoke_raw, tmp_path):
+    msg = load_error(tmp_path, variant(smoke_raw, attacks=[{"name": "min_k", "params": {"k": 0.2},
+                                                            "sweep": {"k": [0.1]}}]))
+    assert "both in params and swept" in msg
+    msg = load_error(tmp_path, variant(smoke_raw, attacks=[{"name": "min_k", "sweep": {"k": [0.1]}},
+                                                           {"name": "min_k", "sweep": {"k": [0.1, 0.2]}}]))
+    assert "'min_k(k=0.1)' appears twice" in msg
+    # only attacks sweep; a sweep key on a defense is an unknown key, named with the allowed ones
+    msg = load_error(tmp_path, variant(smoke_raw, defenses=[{"name": "finetune", "sweep": {"epochs": [1, 2]}}]))
+    assert "unknown keys ['sweep']" in msg and "use label, match, name, params" in msg
+
+
+def test_report_shows_swept_k(smoke_raw):
+    from bench.report import split_label, summarize, sweep_summary
+
+    labels = [a.label for a in parse_suite(variant(smoke_raw, attacks=[
+        {"name": "min_k", "sweep": {"k": [0.5, 0.05, 0.2, 0.1]}}])).attacks]
+    assert [split_label(lab) for lab in labels] == [("min_k", {"k": v}) for v in ("0.5", "0.05", "0.2", "0.1")]
+    assert split_label("loss") == ("loss", {})
+    aucs = {"0.5": 0.61, "0.05": 0.72, "0.2": 0.66, "0.1": 0.70}
+    rows = [{"run": 1, "suite": "s", "task": "t", "model": "m", "defense": "d", "seed": 0, "game": "adapt",
+             "attack": lab, "metric": "auc", "value": aucs[split_label(lab)[1]["k"]], "ci_low": None,
+             "ci_high": None, "flag": None} for lab in labels]
+    rows.append(dict(rows[0], attack="loss", value=0.55))
+    text = summarize(rows)
+    header = next(line for line in text.splitlines() if line.startswith("defense / game"))
+    # columns ordered by K numerically (0.05 < 0.1 < 0.2 < 0.5), not as strings or in suite order
+    positions = [header.index(f"min_k(k={k})") for k in ("0.05", "0.1", "0.2", "0.5")]
+    assert positions == sorted(positions) and header.index("loss") < positions[0]
+    sweep = sweep_summary(rows)
+    assert sweep.splitlines()[0] == "AUC by swept parameter"
+    assert "min_k  k=0.05: 0.720  k=0.1: 0.700  k=0.2: 0.660  k=0.5: 0.610" in sweep
+    assert sweep in text
+    assert sweep_summary([r for r in rows if r["attack"] == "loss"]) == ""   # nothing swept: no section
