@@ -25,7 +25,9 @@ TINY = {
 }
 
 
-def test_plan_graph_keys_and_done_marks(cache, tmp_path):
+def test_plan_graph_keys_and_done_marks(tmp_path):
+    from bench.cache import ArtifactCache
+    cache = ArtifactCache(tmp_path / "cache")  # its own: the session cache may already hold these models
     suite = parse_suite(TINY)
     store = Store(f"sqlite:///{tmp_path / 'p.db'}")
     runner = Runner(suite, store, cache, quiet=True)

@@ -45,9 +45,13 @@ def snapshot(db: str) -> dict:
 
 
 def leaderboard_rows(path: Path):
-    from leaderboard.queries import leaderboard, metric_frame, read_only_engine, utility_frame
+    """The leaderboard's main table, built by the app's own read-only queries and aggregation."""
+    from leaderboard.aggregate import latest_per_seed, leaderboard_table
+    from leaderboard.queries import guarantee_frame, metric_frame, read_only_engine, utility_frame
     engine = read_only_engine(str(path))
-    return leaderboard(metric_frame(engine), utility_frame(engine)).reset_index()
+    metrics = latest_per_seed(metric_frame(engine))
+    games = sorted(set(metrics["game"])) if not metrics.empty else []
+    return leaderboard_table(metrics, utility_frame(engine), guarantee_frame(engine), games=games).reset_index()
 
 
 def test_good_plugin_is_scored_and_shown(scored):
