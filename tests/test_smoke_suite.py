@@ -119,6 +119,18 @@ def test_warm_cache_is_five_times_faster_and_deterministic(smoke):
     assert {key(r): r["value"] for r in again} == first
 
 
+def test_ray_executor_gives_the_local_metrics(smoke):
+    """The smoke suite run with `--executor ray` on a local Ray instance stores the local run's metrics exactly."""
+    pytest.importorskip("ray")
+    db3 = f"sqlite:///{smoke['root'] / 'ray.db'}"
+    proc = privbench("run", "--suite", "smoke", "--db", db3, "--quiet", "--no-report", "--executor", "ray",
+                     env=smoke["env"], cwd=smoke["root"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = privbench("show", "--format", "json", "--db", db3, env=smoke["env"], cwd=smoke["root"])
+    key = lambda r: (r["defense"], r["game"], r["attack"], r["metric"])  # noqa: E731
+    assert {key(r): r["value"] for r in json.loads(shown.stdout)} == {key(r): r["value"] for r in smoke["rows"]}
+
+
 def test_show_formats(smoke):
     csv_out = privbench("show", "--format", "csv", "--db", smoke["db"], env=smoke["env"], cwd=smoke["root"])
     lines = csv_out.stdout.strip().splitlines()
