@@ -34,6 +34,40 @@ ALL_CAPABILITIES = MODEL_CAPABILITIES | {REFERENCE_MODEL, SHADOW_MODELS, POPULAT
                                          FINETUNE_REFERENCE}
 
 
+
+def right_padded(seqs: list[list[int]], pad: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """A batch of token sequences, right-padded with ``pad``, and its attention mask, on ``device``."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, : len(s)] = torch.tensor(s)
+        mask[r, : len(s)] = 1
+    return ids.to(device), mask.to(device)
+
+
+def signals_from_logprobs(logp: torch.Tensor, tgt: torch.Tensor, spans: Sequence[slice]) -> list[TokenSignals]:
+    """Per-token signals of a batch from its next-token log-distributions ``logp`` (fp32, batch × T × V).
+
+    ``tgt[r, j]`` is the token position ``j`` predicts; ``spans[r]`` keeps row ``r``'s own tokens. μ and σ² of
+    log p under the model's distribution use the centred form E[(log p − μ)²], which avoids cancellation when
+    the distribution is near-uniform. Shared by every LanguageModel that computes distributions itself.
+    """
+    p = logp.exp()
+    mu = (p * logp).sum(-1)
+    sigma2 = (p * (logp - mu.unsqueeze(-1)).square()).sum(-1)
+    tok_lp = logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
+    top1 = logp.argmax(-1) == tgt
+    top1_lp = logp.amax(-1)
+    return [TokenSignals(token_ids=tgt[r, sl].cpu().numpy().astype(np.int32),
+                         logprobs=tok_lp[r, sl].cpu().numpy().astype(np.float32),
+                         mu=mu[r, sl].cpu().numpy().astype(np.float32),
+                         sigma2=sigma2[r, sl].clamp_min(0).cpu().numpy().astype(np.float32),
+                         top1=top1[r, sl].cpu().numpy().astype(np.int8),
+                         top1_logprob=top1_lp[r, sl].cpu().numpy().astype(np.float32))
+            for r, sl in enumerate(spans)]
+
+
 class LanguageModel(ABC):
     """A causal language model as seen from outside: signals, next-token distributions, generation."""
 
@@ -231,35 +265,14 @@ class HFLanguageModel(LanguageModel):
             from tqdm.auto import tqdm
             it = tqdm(batches, desc="scoring", unit="batch", leave=False)
         for batch in it:
-            width = max(len(encoded[i]) for i in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for r, i in enumerate(batch):
-                ids[r, : len(encoded[i])] = torch.tensor(encoded[i])
-                mask[r, : len(encoded[i])] = 1
-            ids, mask = ids.to(self.device), mask.to(self.device)
+            ids, mask = right_padded([encoded[i] for i in batch], pad, self.device)
             with self._autocast():
                 logits = self._model(input_ids=ids, attention_mask=mask).logits
             logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-            p = logp.exp()
-            mu = (p * logp).sum(-1)
-            # centred form: E[(log p - mu)^2] avoids cancellation when the distribution is near-uniform
-            sigma2 = (p * (logp - mu.unsqueeze(-1)).square()).sum(-1)
-            tgt = ids[:, 1:]
-            tok_lp = logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-            top1 = logp.argmax(-1) == tgt
-            top1_lp = logp.amax(-1)
-            for r, i in enumerate(batch):
-                # position j of the shifted arrays predicts token j+1; keep the text's tokens only
-                sl = slice(max(starts[i] - 1, 0), len(encoded[i]) - 1)
-                out[keys[i]] = TokenSignals(
-                    token_ids=tgt[r, sl].cpu().numpy().astype(np.int32),
-                    logprobs=tok_lp[r, sl].cpu().numpy().astype(np.float32),
-                    mu=mu[r, sl].cpu().numpy().astype(np.float32),
-                    sigma2=sigma2[r, sl].clamp_min(0).cpu().numpy().astype(np.float32),
-                    top1=top1[r, sl].cpu().numpy().astype(np.int8),
-                    top1_logprob=top1_lp[r, sl].cpu().numpy().astype(np.float32),
-                )
+            # position j of the shifted arrays predicts token j+1; keep the text's tokens only
+            spans = [slice(max(starts[i] - 1, 0), len(encoded[i]) - 1) for i in batch]
+            for i, sig in zip(batch, signals_from_logprobs(logp, ids[:, 1:], spans)):
+                out[keys[i]] = sig
         return out
 
     @torch.no_grad()

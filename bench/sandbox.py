@@ -260,3 +260,31 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path) -> No
                               f"write only under the working directory or the artifact cache")
 
     sys.addaudithook(hook)
+
+
+#: imported before the guard is armed: trusted, and some probe the network or run programs on import
+TRUSTED_PRELOAD = ("torch", "transformers", "urllib3", "requests", "accelerate", "peft", "opacus", "sklearn.metrics",
+                   "scipy.stats", "transformers.integrations.accelerate", "transformers.modeling_utils",
+                   "transformers.trainer_utils", "transformers.models.llama.modeling_llama",
+                   "transformers.models.gpt_neox.modeling_gpt_neox", "transformers.models.gpt2.modeling_gpt2",
+                   "tokenizers", "bench.runner", "bench.metrics", "bench.training")
+
+
+def arm_sandbox(box: Path, cache: str, violation_path: Path) -> dict:
+    """In a submission child, before the plugin is imported: trusted imports, registries loaded, hardware read
+    (``platform.processor()`` runs ``uname``), then the guard armed for ``box`` and the artifact cache.
+
+    Returns the hardware description, read while that was still allowed."""
+    import importlib
+    for mod in TRUSTED_PRELOAD:
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            pass
+    from bench.registry import REGISTRIES
+    from bench.runner import hardware_info
+    for reg in REGISTRIES.values():
+        reg.names()
+    hardware = hardware_info()
+    install_guard([box, cache], violation_path)
+    return hardware

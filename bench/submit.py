@@ -34,11 +34,6 @@ from bench.sandbox import FAILURE_EXIT, MEMORY_EXIT, Limits, run_sandboxed
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULT_FILE = "result.json"
 # modules privbench or its libraries import lazily mid-run; some probe sockets or run programs on import
-TRUSTED_PRELOAD = ("torch", "transformers", "urllib3", "requests", "accelerate", "peft", "opacus", "sklearn.metrics",
-                   "scipy.stats", "transformers.integrations.accelerate", "transformers.modeling_utils",
-                   "transformers.trainer_utils", "transformers.models.llama.modeling_llama",
-                   "transformers.models.gpt_neox.modeling_gpt_neox", "transformers.models.gpt2.modeling_gpt2",
-                   "tokenizers", "bench.runner", "bench.metrics", "bench.training")
 VIOLATION_FILE = "violation.json"
 
 
@@ -247,26 +242,16 @@ def _child(spec_path: str) -> int:
         tmp.write_text(json.dumps(obj, default=str))
         os.replace(tmp, out)
 
-    import importlib
-    for mod in TRUSTED_PRELOAD:  # trusted imports happen before the guard: some probe the network on import
-        try:
-            importlib.import_module(mod)
-        except ImportError:
-            pass
-
     from bench.cache import ArtifactCache
     from bench.plugin_ref import PluginRef, load_plugin
-    from bench.registry import REGISTRIES
-    from bench.runner import Runner, hardware_info
-    from bench.sandbox import install_guard
+    from bench.runner import Runner
+    from bench.sandbox import arm_sandbox
     from bench.store import Store
     from bench.suite import parse_suite
 
-    for reg in REGISTRIES.values():
-        reg.names()
-    hardware = hardware_info()  # platform.processor() runs `uname`: trusted, so before the guard
+    hardware = arm_sandbox(box, spec["cache"], box / VIOLATION_FILE)  # trusted work first, then the guard
+
     plugin = PluginRef(**spec["plugin"])
-    install_guard([box, spec["cache"]], box / VIOLATION_FILE)
     try:
         kind, name, cls = load_plugin(plugin)
         suite = parse_suite(submission_suite(spec["suite_raw"], kind, name, spec["extend"]), path=spec["suite_path"])

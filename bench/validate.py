@@ -144,27 +144,16 @@ def _child(spec_path: str) -> int:
     def write() -> None:
         (box / REPORT_FILE).write_text(json.dumps([c.__dict__ for c in checks]))
 
-    import importlib
-
-    from bench.submit import TRUSTED_PRELOAD
-    for mod in TRUSTED_PRELOAD:
-        try:
-            importlib.import_module(mod)
-        except ImportError:
-            pass
     from bench.cache import ArtifactCache
     from bench.plugin_ref import PluginRef, load_plugin
-    from bench.registry import REGISTRIES
-    from bench.runner import Runner, hardware_info
-    from bench.sandbox import install_guard
+    from bench.runner import Runner
+    from bench.sandbox import arm_sandbox
     from bench.store import Store
     from bench.submit import submission_suite
     from bench.suite import parse_suite
 
-    for reg in REGISTRIES.values():
-        reg.names()
-    hardware_info()
-    install_guard([box, spec["cache"]], box / VIOLATION_FILE)
+    arm_sandbox(box, spec["cache"], box / VIOLATION_FILE)  # trusted work first, then the guard
+
     try:
         kind, name, cls = load_plugin(PluginRef(**spec["plugin"]))
     except Exception as exc:  # noqa: BLE001

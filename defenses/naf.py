@@ -40,7 +40,7 @@ from bench.defense import Defense, TrainContext
 from bench.errors import ConfigError, DataError
 from bench.game import AdaptationData
 from bench.hashing import content_hash, module_hash, text_hash
-from bench.lm import HFLanguageModel, LanguageModel, SignalCache
+from bench.lm import HFLanguageModel, LanguageModel, SignalCache, right_padded, signals_from_logprobs
 from bench.params import Param
 from bench.registry import register_defense
 from bench.release import Release, register_release
@@ -168,13 +168,7 @@ class NAFLanguageModel(LanguageModel):
         out: dict[str, Any] = {}
         for b0 in range(0, len(order), self.batch_size):
             batch = order[b0:b0 + self.batch_size]
-            width = max(len(encoded[i]) for i in batch)
-            ids = torch.full((len(batch), width), pad, dtype=torch.long)
-            mask = torch.zeros((len(batch), width), dtype=torch.long)
-            for r, i in enumerate(batch):
-                ids[r, : len(encoded[i])] = torch.tensor(encoded[i])
-                mask[r, : len(encoded[i])] = 1
-            ids, mask = ids.to(self.device), mask.to(self.device)
+            ids, mask = right_padded([encoded[i] for i in batch], pad, self.device)
             logps, log_base = self._forward(ids, mask)
             logps = [lp[:, :-1] for lp in logps]
             if log_base is not None and log_base.dim() == 3:
@@ -188,21 +182,9 @@ class NAFLanguageModel(LanguageModel):
                 for r, i in enumerate(batch):
                     out[keys[i]] = kx[r, max(starts[i] - 1, 0): len(encoded[i]) - 1].double().cpu().numpy()
                 continue
-            p = logp.exp()
-            mu = (p * logp).sum(-1)
-            sigma2 = (p * (logp - mu.unsqueeze(-1)).square()).sum(-1)  # centred, as HFLanguageModel
-            tok_lp = logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-            top1 = logp.argmax(-1) == tgt
-            top1_lp = logp.amax(-1)
-            for r, i in enumerate(batch):
-                sl = slice(max(starts[i] - 1, 0), len(encoded[i]) - 1)
-                out[keys[i]] = TokenSignals(
-                    token_ids=tgt[r, sl].cpu().numpy().astype(np.int32),
-                    logprobs=tok_lp[r, sl].cpu().numpy().astype(np.float32),
-                    mu=mu[r, sl].cpu().numpy().astype(np.float32),
-                    sigma2=sigma2[r, sl].clamp_min(0).cpu().numpy().astype(np.float32),
-                    top1=top1[r, sl].cpu().numpy().astype(np.int8),
-                    top1_logprob=top1_lp[r, sl].cpu().numpy().astype(np.float32))
+            spans = [slice(max(starts[i] - 1, 0), len(encoded[i]) - 1) for i in batch]
+            for i, sig in zip(batch, signals_from_logprobs(logp, tgt, spans)):
+                out[keys[i]] = sig
         return out
 
     # -- next token and generation ----------------------------------------------------------------

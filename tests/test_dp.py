@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import random
 
 import numpy as np
 import pytest
@@ -13,19 +12,13 @@ from bench.accounting import DPLedger, epsilon_for, epsilon_with, noise_for_epsi
 from bench.defense import TrainContext
 from bench.errors import ConfigError
 from bench.game import AdaptationData
-from bench.modeling import ModelSpec, build_scratch_model
-from bench.tokenizer import train_bpe_tokenizer
+from tiny_training import one_thread, tiny_model, tiny_world, word_texts
 from defenses.dp import DPAdapt, LORA_TARGETS, _Collate, _VmapDP, dp_train, record_losses, train_prefix
 
 DELTA = 1e-5
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+_one_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
 # ----------------------------------------------------------------------------------- accounting
@@ -104,29 +97,13 @@ def test_noise_for_epsilon_prv_and_errors():
 
 
 # ----------------------------------------------------------------------------------- training
-WORDS = ("alpha beta gamma delta river stone cloud market doctor patient record street garden window "
-         "letter number seven eleven blue green quiet rapid north south paper table").split()
-
-
-def _texts(n: int, seed: int) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) + "." for _ in range(n)]
+_texts = word_texts
+_model = tiny_model
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    tok_dir = tmp_path_factory.mktemp("bpe")
-    train_bpe_tokenizer(_texts(200, 0), tok_dir, vocab_size=512)
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    spec = ModelSpec("t", num_layers=2, hidden_size=64, num_heads=4, context_length=64)
-    ctx = TrainContext(tok, torch.device("cpu"), 64, seed=0, autocast_bf16=False, progress=False)
-    return {"tok": tok, "spec": spec, "ctx": ctx, "data": AdaptationData(tuple(_texts(48, 1)))}
-
-
-def _model(world):
-    return build_scratch_model(world["spec"], world["tok"], 0)
+    return {**tiny_world(tmp_path_factory.mktemp("bpe")), "data": AdaptationData(tuple(word_texts(48, 1)))}
 
 
 def _state(model) -> dict[str, torch.Tensor]:

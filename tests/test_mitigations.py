@@ -3,53 +3,28 @@ pretraining, with their own θ in the runner."""
 
 from __future__ import annotations
 
-import random
 
 import numpy as np
 import pytest
 import torch
 
-from bench.defense import TrainContext
 from bench.errors import ConfigError
 from bench.game import AdaptationData
-from bench.modeling import ModelSpec, build_scratch_model
-from bench.tokenizer import train_bpe_tokenizer
+from bench.modeling import ModelSpec
 from bench.training import _clipped_example_grads, collate, masked_labels, train_causal_lm
 from defenses.dedup import Dedup, dedup_texts
 from defenses.goldfish import Goldfish, goldfish_mask
+from tiny_training import one_thread, tiny_model, tiny_world, word_texts
 from defenses.mitigations import EarlyStop, GradientClip, UserLimit, limit_per_user, mean_token_loss
 
-WORDS = ("alpha beta gamma delta river stone cloud market doctor patient record street garden window "
-         "letter number seven eleven blue green quiet rapid north south paper table").split()
-
-
-def _texts(n: int, seed: int, lo: int = 6, hi: int = 14) -> list[str]:
-    rng = random.Random(seed)
-    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(lo, hi))) + "." for _ in range(n)]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+_texts = word_texts
+_model = tiny_model
+_one_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    tok_dir = tmp_path_factory.mktemp("bpe")
-    train_bpe_tokenizer(_texts(200, 0), tok_dir, vocab_size=512)
-    tok = AutoTokenizer.from_pretrained(str(tok_dir))
-    spec = ModelSpec("t", num_layers=2, hidden_size=64, num_heads=4, context_length=64)
-    ctx = TrainContext(tok, torch.device("cpu"), 64, seed=0, autocast_bf16=False, progress=False)
-    return {"tok": tok, "spec": spec, "ctx": ctx}
-
-
-def _model(world, seed: int = 0):
-    return build_scratch_model(world["spec"], world["tok"], seed)
+    return tiny_world(tmp_path_factory.mktemp("bpe"))
 
 
 class _Recorder:
