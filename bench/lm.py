@@ -46,6 +46,19 @@ def right_padded(seqs: list[list[int]], pad: int, device: torch.device) -> tuple
     return ids.to(device), mask.to(device)
 
 
+def left_padded(seqs: list[list[int]], pad: int, device: torch.device
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded batch (the last position is every row's prediction point), its mask and position ids."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for r, s in enumerate(seqs):
+        ids[r, width - len(s):] = torch.tensor(s)
+        mask[r, width - len(s):] = 1
+    pos = (mask.cumsum(-1) - 1).clamp_min(0)
+    return ids.to(device), mask.to(device), pos.to(device)
+
+
 def signals_from_logprobs(logp: torch.Tensor, tgt: torch.Tensor, spans: Sequence[slice]) -> list[TokenSignals]:
     """Per-token signals of a batch from its next-token log-distributions ``logp`` (fp32, batch × T × V).
 
@@ -280,17 +293,9 @@ class HFLanguageModel(LanguageModel):
         rows = []
         for start in range(0, len(prefixes), self.batch_size):
             chunk = [self.encode(p) for p in prefixes[start:start + self.batch_size]]
-            width = max(len(c) for c in chunk)
-            pad = self._tok.pad_token_id or 0
-            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            mask = torch.zeros_like(ids)
-            for r, c in enumerate(chunk):  # left-pad so the last position is the prediction point
-                ids[r, width - len(c):] = torch.tensor(c)
-                mask[r, width - len(c):] = 1
-            pos = (mask.cumsum(-1) - 1).clamp_min(0)
+            ids, mask, pos = left_padded(chunk, self._tok.pad_token_id or 0, self.device)
             with self._autocast():
-                logits = self._model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
-                                     position_ids=pos.to(self.device)).logits
+                logits = self._model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
             rows.append(torch.log_softmax(logits[:, -1].float(), -1).cpu().numpy())
         return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
 

@@ -45,6 +45,26 @@ def collate(seqs: Sequence[Sequence[int]], pad_id: int) -> tuple[torch.Tensor, t
     return ids, mask, labels
 
 
+def batch_plan(n: int, epochs: float, batch_size: int, seed: int) -> list[list[int]]:
+    """Indices of ``n`` records in batches over ``epochs`` seeded shuffled passes (a fractional last pass is a
+    prefix of its shuffle)."""
+    gen = torch.Generator().manual_seed(seed)
+    order: list[int] = []
+    for _ in range(math.ceil(epochs)):
+        order.extend(torch.randperm(n, generator=gen).tolist())
+    order = order[: max(1, int(round(epochs * n)))]
+    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+
+
+def warmup_cosine_adamw(params, n_steps: int, *, lr: float, weight_decay: float, warmup_frac: float = 0.05):
+    """AdamW with linear warmup over ``warmup_frac`` of the steps, then cosine decay to 0: (optimizer, scheduler)."""
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    warm = max(1, int(warmup_frac * n_steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, n_steps)))))
+    return opt, sched
+
+
 def train_causal_lm(model: torch.nn.Module, sequences: Sequence[Sequence[int]], *, epochs: float, lr: float,
                     batch_size: int, seed: int, pad_id: int, weight_decay: float = 0.0, warmup_frac: float = 0.05,
                     max_grad_norm: float | None = 1.0, autocast_bf16: bool = False, device: torch.device | None = None,
@@ -65,17 +85,9 @@ def train_causal_lm(model: torch.nn.Module, sequences: Sequence[Sequence[int]], 
     if epochs <= 0 or lr <= 0 or batch_size <= 0:
         raise ConfigError(f"{desc}: epochs, lr and batch_size must be > 0")
     device = device or next(model.parameters()).device
-    gen = torch.Generator().manual_seed(seed)
-    order: list[int] = []
-    for _ in range(math.ceil(epochs)):
-        order.extend(torch.randperm(len(seqs), generator=gen).tolist())
-    order = order[: max(1, int(round(epochs * len(seqs))))]
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = batch_plan(len(seqs), epochs, batch_size, seed)
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
-    warm = max(1, int(warmup_frac * len(batches)))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, len(batches))))))
+    opt, sched = warmup_cosine_adamw(params, len(batches), lr=lr, weight_decay=weight_decay, warmup_frac=warmup_frac)
     model.train()
     torch.manual_seed(seed)
     tokens, loss_val, t0, steps_done = 0, float("nan"), time.perf_counter(), 0

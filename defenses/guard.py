@@ -28,7 +28,6 @@ models' vocabulary is 8 192 (K ≥ vocabulary keeps every token).
 from __future__ import annotations
 
 import copy
-import math
 import time
 from typing import Any
 
@@ -39,7 +38,7 @@ from bench.defense import Defense, TrainContext
 from bench.errors import ConfigError
 from bench.params import Param
 from bench.registry import register_defense
-from bench.training import collate
+from bench.training import batch_plan, collate, warmup_cosine_adamw
 from defenses.finetune import ADAPT_PARAMS, FineTune
 
 TEACHER_PARAMS = tuple(Param(f"teacher_{p.name}", p.type, p.default, f"teacher fine-tuning: {p.help}", low=p.low,
@@ -106,17 +105,9 @@ def distill(student: torch.nn.Module, teacher: torch.nn.Module, base: torch.nn.M
     seqs = [list(s) for s in seqs if len(s) >= 2]
     if not seqs:
         raise ConfigError(f"{desc}: no training record has 2 or more tokens: check the adaptation data")
-    gen = torch.Generator().manual_seed(seed)
-    order: list[int] = []
-    for _ in range(math.ceil(epochs)):
-        order.extend(torch.randperm(len(seqs), generator=gen).tolist())
-    order = order[: max(1, int(round(epochs * len(seqs))))]
-    batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    batches = batch_plan(len(seqs), epochs, batch_size, seed)
     params = [p for p in student.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr)
-    warm = max(1, int(0.05 * len(batches)))
-    sched = torch.optim.lr_scheduler.LambdaLR(  # the schedule of bench.training.train_causal_lm
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / max(1, len(batches))))))
+    opt, sched = warmup_cosine_adamw(params, len(batches), lr=lr, weight_decay=0.01)  # AdamW's default decay
     for m in (teacher, base):
         if m is not None:
             m.eval()

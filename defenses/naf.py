@@ -40,7 +40,8 @@ from bench.defense import Defense, TrainContext
 from bench.errors import ConfigError, DataError
 from bench.game import AdaptationData
 from bench.hashing import content_hash, module_hash, text_hash
-from bench.lm import HFLanguageModel, LanguageModel, SignalCache, right_padded, signals_from_logprobs
+from bench.lm import (HFLanguageModel, LanguageModel, SignalCache, left_padded, right_padded,
+                      signals_from_logprobs)
 from bench.params import Param
 from bench.registry import register_defense
 from bench.release import Release, register_release
@@ -189,15 +190,7 @@ class NAFLanguageModel(LanguageModel):
 
     # -- next token and generation ----------------------------------------------------------------
     def _left_padded(self, seqs: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        width = max(len(s) for s in seqs)
-        pad = self._tok.pad_token_id if self._tok.pad_token_id is not None else 0
-        ids = torch.full((len(seqs), width), pad, dtype=torch.long)
-        mask = torch.zeros_like(ids)
-        for r, s in enumerate(seqs):  # left-pad so the last position is the prediction point
-            ids[r, width - len(s):] = torch.tensor(s)
-            mask[r, width - len(s):] = 1
-        pos = (mask.cumsum(-1) - 1).clamp_min(0)
-        return ids.to(self.device), mask.to(self.device), pos.to(self.device)
+        return left_padded(seqs, self._tok.pad_token_id if self._tok.pad_token_id is not None else 0, self.device)
 
     @torch.no_grad()
     def _next(self, seqs: list[list[int]], history: torch.Tensor | None = None

@@ -72,9 +72,10 @@ from typing import Any
 import numpy as np
 
 from bench.errors import ConfigError, DataError
-from bench.hashing import canonical_json, content_hash
+from bench.hashing import content_hash
 from bench.params import Param
 from bench.registry import register_task
+from tasks.derived import derived_fingerprint, partition_stats
 from bench.task import TargetRecord, Task, TaskData
 from tasks.mini_pile import MiniPile
 
@@ -120,20 +121,8 @@ def _record_id(prefix: str, text: str) -> str:
 
 def _fingerprint(name: str, config: dict[str, Any], base: TaskData, targets: Sequence[TargetRecord],
                  adapt: Sequence[str], population: Sequence[str], public_format: dict[str, Any]) -> str:
-    """sha256 over what the task adds to its base: content-based, so a code change that alters data shows."""
-    h = hashlib.sha256()
-    h.update(canonical_json({"name": name, "config": config, "base": base.fingerprint,
-                             "public_format": public_format}).encode())
-    for part, texts in (("targets", [f"{t.id}\x1f{t.text}" for t in targets]), ("adapt", adapt),
-                        ("population", population)):
-        h.update(b"\x1e" + part.encode())
-        for t in texts:
-            h.update(b"\x1f" + t.encode("utf-8"))
-    return h.hexdigest()
-
-
-def _partition_stats(**parts: Sequence[str]) -> dict[str, Any]:
-    return {name: {"n_records": len(texts), "n_chars": sum(len(t) for t in texts)} for name, texts in parts.items()}
+    return derived_fingerprint({"name": name, "config": config, "base": base.fingerprint,
+                                "public_format": public_format}, targets, adapt, population)
 
 
 def exposure_from_rank(rank: int, n_candidates: int) -> float:
@@ -334,7 +323,7 @@ class Canaries(Task):
             targets.append(TargetRecord(rid, prefix + SEPARATOR + carrier))
             meta[rid] = {"prefix": prefix, "carrier": carrier, "type": self.prefix_type, "carrier_id": cid}
         fingerprint = _fingerprint(self.name, self.config, base, targets, background, base.population, public_format)
-        stats = _partition_stats(pretrain=base.pretrain, heldout=base.heldout, population=base.population,
+        stats = partition_stats(pretrain=base.pretrain, heldout=base.heldout, population=base.population,
                                  adapt=background, targets=[t.text for t in targets])
         stats["canaries"] = {"type": self.prefix_type, "token_set": token_set,
                              "token_counts": {t: int(freq.get(t, 0)) for t in token_set},
@@ -437,7 +426,7 @@ class RandomWordCanaries(Task):
             meta[rid] = {"words": words, "secret": " ".join(words), "repeats": self.repeats,
                          "template": self.template}
         fingerprint = _fingerprint(self.name, self.config, base, targets, base.adapt, base.population, public_format)
-        stats = _partition_stats(pretrain=base.pretrain, heldout=base.heldout, population=base.population,
+        stats = partition_stats(pretrain=base.pretrain, heldout=base.heldout, population=base.population,
                                  adapt=base.adapt, targets=[t.text for t in targets])
         stats["canaries"] = {"vocabulary_size": len(vocab), "universe_size": len(vocab) ** 3, "repeats": self.repeats}
         return TaskData(
