@@ -396,3 +396,21 @@ def test_users_adapt_owners(users):
         docs = [t for t, o in zip(users.adapt, owners) if o == u]
         last_lines = {d.rsplit("\n\n", 1)[-1] for d in docs}
         assert len(last_lines) == 1, last_lines
+
+
+def test_builds_do_not_depend_on_the_hash_seed(tmp_path):
+    """Two processes with different PYTHONHASHSEED build the same data (Faker's it_IT city list is a set)."""
+    import subprocess
+    import sys
+    code = ("import sys, tempfile\nfrom bench.cache import ArtifactCache\nfrom bench.registry import TASKS\n"
+            "c = ArtifactCache(tempfile.mkdtemp())\n"
+            "for name, p in [('synthetic_users', {'n_users': 60}), "
+            "('names2ids', {'n_people': 200, 'max_chars_per_source': 300000})]:\n"
+            "    print(name, TASKS.create(name, p).build(c).fingerprint)\n")
+    outs = []
+    for seed in ("1", "2"):
+        env = {**__import__("os").environ, "PYTHONHASHSEED": seed}
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        outs.append(proc.stdout)
+    assert outs[0] == outs[1] and outs[0].count("\n") == 2
