@@ -138,10 +138,7 @@ def _scratch_pretrain(tmp: Path, spec: ModelSpec, tok_dir: Path, corpus, inserts
         seqs = _pack(tok, corpus, n_tokens, spec.context_length) + ctx.encode(inserts)
     else:  # a pretraining-stage defense: its corpus filter, then its loss mask (bench/defense.py hooks)
         docs = _corpus_docs(tok, corpus, n_tokens)
-        kept_docs, kept_inserts = defense.pretrain_texts(docs, list(inserts))
-        report = {"defense": defense.name, "docs_in": len(docs) + len(inserts),
-                  "docs_kept": len(kept_docs) + len(kept_inserts), "inserts_kept": len(kept_inserts),
-                  **dict(getattr(defense, "pretrain_report", None) or {})}
+        kept_docs, kept_inserts, report = filter_pretraining(defense, docs, inserts)
         seqs = _pack(tok, kept_docs, n_tokens, spec.context_length) + ctx.encode(kept_inserts)
         if type(defense).pretrain_loss_mask is not Defense.pretrain_loss_mask:
             extra["loss_mask"] = defense.pretrain_loss_mask
@@ -154,6 +151,41 @@ def _scratch_pretrain(tmp: Path, spec: ModelSpec, tok_dir: Path, corpus, inserts
     if defense is not None:
         meta["pretrain_defense"] = report
     (tmp / "privbench.json").write_text(json.dumps(meta))
+
+
+def filter_pretraining(defense: Defense, docs: list[str], inserts: list[str]) -> tuple[list[str], list[str], dict]:
+    """Run ``defense.pretrain_texts`` on the corpus and the inserts as one list, with nothing marking the inserts.
+
+    The list is in content-hash order (independent of which documents are inserts and of any seed a plugin could
+    know); the returned documents are split back, here on the runner's side, into corpus documents (packed) and
+    surviving insert copies (trained as their own sequences, as without a defense), counted in the report.
+    Returns (kept corpus documents, kept insert copies, report).
+    """
+    from collections import Counter
+
+    from bench.errors import PluginError
+    pool = sorted([*docs, *inserts], key=text_hash)
+    try:
+        kept = defense.pretrain_texts(list(pool))
+    except Exception as exc:
+        raise PluginError(f"defense '{defense.name}': pretrain_texts raised {type(exc).__name__}: {exc}: it takes one "
+                          f"list of documents (the corpus with the inserts among them, unmarked) and returns the "
+                          f"documents to pretrain on") from exc
+    if not isinstance(kept, (list, tuple)) or not all(isinstance(t, str) for t in kept):
+        raise PluginError(f"defense '{defense.name}': pretrain_texts returned {type(kept).__name__}, not a list of "
+                          f"strings: return the documents to pretrain on")
+    left = Counter(inserts)
+    kept_docs: list[str] = []
+    kept_inserts: list[str] = []
+    for t in kept:
+        if left[t] > 0:
+            left[t] -= 1
+            kept_inserts.append(t)
+        else:
+            kept_docs.append(t)
+    report = {"defense": defense.name, "docs_in": len(pool), "docs_kept": len(kept), "inserts_in": len(inserts),
+              "inserts_kept": len(kept_inserts), **dict(getattr(defense, "pretrain_report", None) or {})}
+    return kept_docs, kept_inserts, report
 
 
 def pretrains(defense: Defense | None) -> bool:

@@ -9,7 +9,8 @@ example-level statistics, eq. 4); an attack that scores units itself sets ``scor
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, ClassVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -42,6 +43,23 @@ class Attack(Plugin):
         return d
 
 
+def fresh_instance(attack: Attack) -> Attack:
+    """A new instance of ``attack``'s class with the same validated parameters.
+
+    Why: every (world, game, defense) evaluation is scored by its own instance, so nothing an attack keeps on
+    ``self`` (texts it saw, scores, tuning) can carry group information from one game to another: the games of
+    one world show label-determined subsets of the same units (joint/fresh only a = 0 units, joint/seen only
+    a = 1, ...). The signal cache, keyed by content, is the only state shared between evaluations; state kept at
+    class or module level is not reset and is listed as an in-process channel in docs/attacks.md.
+    """
+    try:
+        return type(attack)(**attack.config)
+    except Exception as exc:
+        raise PluginError(f"attack '{attack.name}' cannot be re-created from its parameters "
+                          f"({type(exc).__name__}: {exc}): its __init__ must accept its own params as keywords") \
+            from exc
+
+
 def _score_in_fresh_thread(attack: Attack, box: dict):
     """``attack.score(view)`` on a new thread, with the view handed over through ``box`` (emptied on pickup).
 
@@ -61,37 +79,43 @@ def _score_in_fresh_thread(attack: Attack, box: dict):
         except BaseException as exc:  # re-raised on the caller's thread
             out["exc"] = exc
 
-    # the attack scores as a shallow copy: the suite's instance is referenced by the suite and the runner, so
-    # gc.get_referrers(self) on it would lead there; state the attack keeps (e.g. RMIA's tuning) is copied back
-    import copy
-    try:
-        twin = copy.copy(attack)
-    except Exception:  # an attack that cannot be copied scores as itself
-        twin = attack
-    box["attack"] = twin
-    try:
-        t = threading.Thread(target=call, name="privbench-attack", daemon=True)
-        t.start()
-        t.join()
-    finally:
-        if twin is not attack and hasattr(twin, "__dict__"):
-            vars(attack).update(vars(twin))
-        del twin
+    box["attack"] = attack
+    t = threading.Thread(target=call, name="privbench-attack", daemon=True)
+    t.start()
+    t.join()
     if "exc" in out:
         raise out.pop("exc")
     return out.pop("scores")
 
 
-def run_attack(attack: Attack, view: AttackerView) -> np.ndarray:
-    """Call an attack and enforce its contract: no exception escapes unnamed, one finite score per target.
+@dataclass(frozen=True)
+class AttackOutput:
+    """What one evaluation of an attack produced: one score per target, and the details it reported."""
 
-    On a unit game an attack without ``scores_units`` scores the units' samples as records and each unit
-    gets the mean of its samples' scores.
+    scores: np.ndarray
+    details: Any = None
+
+
+def run_attack(attack: Attack, view: AttackerView) -> np.ndarray:
+    """Score ``view`` with a fresh instance of ``attack`` and enforce its contract (see :func:`evaluate_attack`)."""
+    return evaluate_attack(attack, view).scores
+
+
+def evaluate_attack(attack: Attack, view: AttackerView) -> AttackOutput:
+    """Score one game with a fresh instance of ``attack``: no exception escapes unnamed, one finite score per target.
+
+    ``attack`` is only a template: a new instance with its parameters scores the view (:func:`fresh_instance`),
+    and nothing is copied back. On a unit game an attack without ``scores_units`` scores the units' samples as
+    records and each unit gets the mean of its samples' scores. ``details`` is what the scoring instance left in
+    ``last_details`` (extraction attacks), read from that instance only.
     """
     from bench.units import is_unit_view, score_units
-    if is_unit_view(view) and not getattr(attack, "scores_units", False):
-        return score_units(attack, view, _run_checked)
-    return _run_checked(attack, view)
+    instance = fresh_instance(attack)
+    if is_unit_view(view) and not getattr(instance, "scores_units", False):
+        scores = score_units(instance, view, _run_checked)
+    else:
+        scores = _run_checked(instance, view)
+    return AttackOutput(scores, getattr(instance, "last_details", None))
 
 
 def _run_checked(attack: Attack, view: AttackerView) -> np.ndarray:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import sys
 from typing import Optional
 
@@ -61,6 +62,9 @@ def run(
     executor: str = typer.Option("local", "--executor", help="Where jobs run: local (in process) or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Join this Ray cluster (e.g. auto, "
                                               "ray://host:10001) instead of starting a local Ray instance."),
+    secret_draw: bool = typer.Option(False, "--secret-draw", help="Salt every world's draw with a fresh secret kept "
+                                     "in memory, so no plugin can recompute the labels from the suite and seed; "
+                                     "the run is then not reproducible from the suite alone."),
 ) -> None:
     """Run every (defense, attack) pair of a suite on every game and store scores, metrics and utility."""
     from bench.cache import ArtifactCache
@@ -72,8 +76,9 @@ def run(
     runner_executor = make_executor(executor, ray_address=ray_address)
     s = load_suite(suite)
     store = _store(db)
+    draw_secret = secrets.token_hex(16) if secret_draw else None
     runner = Runner(s, store, ArtifactCache(cache), command=" ".join(["privbench"] + sys.argv[1:]), quiet=quiet,
-                    executor=runner_executor)
+                    executor=runner_executor, draw_secret=draw_secret)
     result = runner.run()
     if report:
         rows = store.metric_rows(result.run_id)

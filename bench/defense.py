@@ -50,9 +50,14 @@ class Defense(Plugin):
         raise NotImplementedError
 
     # -- pretraining-stage hooks: used only when ``"pretrain" in stages`` (bench/artifacts.ensure_pretrained) --
-    def pretrain_texts(self, corpus: list[str], inserts: list[str]) -> tuple[list[str], list[str]]:
-        """Filter the pretraining documents: the corpus and the challenger's inserted copies (e.g. dedup)."""
-        return corpus, inserts
+    def pretrain_texts(self, docs: list[str]) -> list[str]:
+        """Filter the pretraining documents (e.g. dedup) and return the ones to train on.
+
+        ``docs`` is the whole pretraining corpus with the challenger's inserted copies among them, in
+        content-hash order, so nothing marks which documents are membership targets; the runner counts the
+        inserts that survive (``inserts_kept`` in θ's report). Rewriting a document is allowed: a rewritten
+        insert counts as dropped."""
+        return docs
 
     def pretrain_loss_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
         """Bool mask, shape of ``input_ids``: False drops that token from the pretraining loss (e.g. goldfish)."""

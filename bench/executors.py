@@ -38,7 +38,8 @@ class LocalExecutor:
 _WORKER_RUNNERS: dict[tuple, object] = {}
 
 
-def _worker_runner(raw: dict, path: str | None, cache_root: str, quiet: bool, done_evals: frozenset[str]):
+def _worker_runner(raw: dict, path: str | None, cache_root: str, quiet: bool, done_evals: frozenset[str],
+                   draw_secret: str | None = None):
     """The runner of this worker process for a suite: rebuilt once from the suite's YAML and the cache, then
     reused by every job the worker gets (its loaded models and signals stay warm)."""
     from bench.cache import ArtifactCache
@@ -46,21 +47,22 @@ def _worker_runner(raw: dict, path: str | None, cache_root: str, quiet: bool, do
     from bench.hashing import content_hash
     from bench.runner import Runner
     from bench.suite import parse_suite
-    key = (content_hash(raw), path, cache_root)
+    key = (content_hash(raw), path, cache_root, draw_secret)
     runner = _WORKER_RUNNERS.get(key)
     if runner is None:
         set_threads()
         tune_allocator()
         configure_determinism()
-        runner = Runner(parse_suite(raw, path=path), None, ArtifactCache(cache_root), quiet=quiet)
+        runner = Runner(parse_suite(raw, path=path), None, ArtifactCache(cache_root), quiet=quiet,
+                        draw_secret=draw_secret)
         _WORKER_RUNNERS.clear()  # one suite per worker at a time: drop another suite's models
         _WORKER_RUNNERS[key] = runner
     runner.done_evals = set(done_evals)
     return runner
 
 
-def _ray_job(raw, path, cache_root, quiet, done_evals, job):
-    return _worker_runner(raw, path, cache_root, quiet, done_evals).run_job(job)
+def _ray_job(raw, path, cache_root, quiet, done_evals, draw_secret, job):
+    return _worker_runner(raw, path, cache_root, quiet, done_evals, draw_secret).run_job(job)
 
 
 class RayExecutor:
@@ -106,7 +108,7 @@ class RayExecutor:
         ray = self._init()
         remote = ray.remote(_ray_job)
         s = runner.suite
-        args = (s.raw, s.path, str(runner.cache.root), True, frozenset(runner.done_evals))
+        args = (s.raw, s.path, str(runner.cache.root), True, frozenset(runner.done_evals), runner.draw_secret)
         finished = {k for k, j in plan.jobs.items() if j.done}
         started: set[str] = set()
         pending: dict = {}

@@ -15,8 +15,11 @@ joint/fresh (x ∉ S)     θ and θ'      (0,1)           (0,0)
 joint/seen (x ∈ S)      θ and θ'      (1,1)           (1,0)
 joint/both              θ and θ'      (1,1)           (0,0)
 post_adapt (x ∉ D)      θ and θ'      (1,0)           (0,0)
-null (control)          θ'            half of (0,0)   other half of (0,0)
+null (control)          θ'            half of N       other half of N
 ======================  ============  ==============  ==============
+
+The four groups have equal sizes, so ``a`` and ``b`` are independent; ``N`` is a separate pool of
+never-inserted units that only the null game shows.
 
 The attacker receives an :class:`AttackerView`: the targets in shuffled
 order with opaque ids, restricted model handles and attacker-owned data.
@@ -48,9 +51,11 @@ from bench.lm import (
 )
 from bench.params import Param, validate_params
 from bench.task import TaskData
-from bench.units import owners_of, secrets_of, unit_samples
+from bench.units import GROUPS, NULL_POOL, draw_unit_groups, group_targets_by_unit, owners_of, secrets_of, unit_samples
 
-GROUPS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (1, 0), (1, 1))
+#: version of the game's draw and labels; part of every world key, so results of another game version never mix
+#: (2: four equal groups and a separate null pool, salted draws, label-free pretraining hooks)
+GAME_VERSION = "2"
 STAGES = ("pretraining", "adaptation", "joint", "post_adaptation", "control")
 
 
@@ -84,8 +89,10 @@ GAMES: dict[str, GameSpec] = {g.name: g for g in (
 )}
 
 WORLD_PARAMS = (
-    Param("n_per_group", int, 100, "targets in each of the groups (0,1), (1,0), (1,1)", low=4),
-    Param("n_null", int, 200, "targets in group (0,0); the null game splits them in half", low=8),
+    Param("n_per_group", int, 100, "units in each of the four groups (0,0), (0,1), (1,0), (1,1): equal sizes keep "
+          "a and b independent", low=4),
+    Param("n_null", int, 400, "units of the null game's own pool (never inserted, shown by no other game), split in "
+          "half; below 400 (200 vs 200) the null rows are flagged underpowered", low=8),
     Param("adapt_background", int, 200, "non-target records in the adaptation data D", low=0),
     Param("n_validation", int, 100, "records of the adaptation pool after D's background that the data owner holds "
           "back for validation (early stopping); never targets, never trained on", low=0),
@@ -246,46 +253,66 @@ class GameInstance:
 
 
 class Challenger:
-    """Draws a world from a task: targets, their (a, b) groups, S̃ and D̃. Holds the labels."""
+    """Draws a world from a task: targets, their (a, b) groups, S̃ and D̃, and the null pool. Holds the labels.
 
-    def __init__(self, data: TaskData, config: dict[str, Any] | None, seed: int) -> None:
+    The four groups have ``n_per_group`` units each, so ``a`` and ``b`` are independent (source 004, section
+    6.1): a game over ``b`` alone (``adapt``) then has as many a = 1 units among its negatives as among its
+    positives, and θ′'s memory of pretraining cannot pass for adaptation leakage. The null game uses its own
+    pool of ``n_null`` never-inserted units, shown by no other game.
+
+    ``secret`` salts every draw: with it, the world cannot be recomputed from the public suite and seed (a
+    plugin that rebuilds the challenger gets another world); without it the draw is public and reproducible
+    from the suite alone (see docs/attacks.md, "Channels").
+    """
+
+    def __init__(self, data: TaskData, config: dict[str, Any] | None, seed: int, *,
+                 secret: str | None = None) -> None:
         self.config = validate_params("world", WORLD_PARAMS, config)
         if self.config["adapt_target_repeats"] is None:
             self.config["adapt_target_repeats"] = int((data.public_format or {}).get("repeats", 1))
         self.seed = int(seed)
         self._data = data
-        from tasks.users import draw_unit_groups, group_targets_by_unit
-
         c = self.config
         #: membership unit: "record", "user" or "secret"; world sizes count units
         self.unit = data.unit
-        sizes = {(0, 0): c["n_null"], (0, 1): c["n_per_group"], (1, 0): c["n_per_group"], (1, 1): c["n_per_group"]}
-        rng = np.random.default_rng([self.seed, int(content_hash(data.fingerprint, length=8), 16)])
+        sizes = {g: c["n_per_group"] for g in GROUPS}
+        sizes[NULL_POOL] = c["n_null"]
+        salt = [] if secret is None else [int(content_hash("world-secret", secret, length=16), 16)]
+        self._salt = salt
+        rng = np.random.default_rng([self.seed, int(content_hash(data.fingerprint, length=8), 16), *salt])
         #: a comes from the data (a released model's documented split), not from the challenger
         self.known_a = bool(data.targets) and all("a" in data.target_meta.get(r.id, {}) for r in data.targets)
-        # whole units go to one group; for unit "record" this draws exactly what the record-level challenger drew
-        self._group: dict[str, tuple[int, int]] = draw_unit_groups(data, sizes, rng, known_a=self.known_a)
+        # whole units go to one group (or the null pool)
+        drawn = draw_unit_groups(data, sizes, rng, known_a=self.known_a)
+        #: record -> (a, b) for the records of the four groups; null-pool records are not in it
+        self._group: dict[str, tuple[int, int]] = {r: g for r, g in drawn.items() if g != NULL_POOL}
         if len(data.adapt) < c["adapt_background"]:
             raise DataError(f"task '{data.name}' has {len(data.adapt)} adaptation records but adapt_background is "
                             f"{c['adapt_background']}: lower it or use more data")
         by_unit = group_targets_by_unit(data)
         self._text: dict[str, str] = {data.targets[i].id: data.targets[i].text
-                                      for idx in by_unit.values() for i in idx if data.targets[i].id in self._group}
+                                      for idx in by_unit.values() for i in idx if data.targets[i].id in drawn}
         self._unit_of: dict[str, str] = {}
-        #: unit -> its records (sorted ids), for the units drawn into the world
+        #: unit -> its records (sorted ids), for the units drawn into the world (null pool included)
         self._records: dict[str, tuple[str, ...]] = {}
         for u, idx in by_unit.items():
             rids = sorted(data.targets[i].id for i in idx)
-            if rids[0] in self._group:
+            if rids[0] in drawn:
                 self._records[u] = tuple(rids)
                 self._unit_of.update((r, u) for r in rids)
-        self._unit_group: dict[str, tuple[int, int]] = {u: self._group[r[0]] for u, r in self._records.items()}
+        self._unit_group: dict[str, tuple[int, int]] = {u: self._group[r[0]] for u, r in self._records.items()
+                                                        if r[0] in self._group}
         #: every target is already in S (relation "overlap"): the a bit is not controlled by the challenger
         self.a_uncontrolled = data.relation == "overlap" and not self.known_a
-        null_ids = sorted(u for u, g in self._unit_group.items() if g == (0, 0))
-        perm = rng.permutation(len(null_ids))
-        self._null_positive = frozenset(null_ids[i] for i in perm[: len(null_ids) // 2])
-        self.world_key = content_hash({"task": data.fingerprint, "world": self.config, "seed": self.seed})
+        #: the null game's own units (never inserted, never shown by another game), split in half
+        self._null_units: tuple[str, ...] = tuple(sorted(u for u, r in self._records.items()
+                                                         if drawn[r[0]] == NULL_POOL))
+        perm = rng.permutation(len(self._null_units))
+        self._null_positive = frozenset(self._null_units[i] for i in perm[: len(self._null_units) // 2])
+        key = {"task": data.fingerprint, "world": self.config, "seed": self.seed, "game": GAME_VERSION}
+        if secret is not None:
+            key["secret"] = content_hash("world-secret-id", secret)
+        self.world_key = content_hash(key)
 
     # -- what training sees ------------------------------------------------------------------------
     def members(self, bit: str) -> list[str]:
@@ -317,7 +344,7 @@ class Challenger:
         reps = self.config["adapt_target_repeats"]
         b1 = [r for r in sorted(self._group) if self._group[r][1] == 1]
         texts = list(self._data.adapt[:n_bg]) + [self._text[r] for r in b1] * reps
-        rng = np.random.default_rng([self.seed, 17])
+        rng = np.random.default_rng([self.seed, 17, *self._salt])
         order = rng.permutation(len(texts))
         shuffled = tuple(texts[i] for i in order)
         # records of the adaptation pool after the background: held back by the data owner for validation
@@ -331,8 +358,8 @@ class Challenger:
         return AdaptationData(shuffled, validation=validation)
 
     def target_texts(self) -> list[str]:
-        """Texts of every target record of the world (all records of every drawn unit)."""
-        return [self._text[r] for r in sorted(self._group)]
+        """Texts of every target record of the world (all records of every drawn unit, null pool included)."""
+        return [self._text[r] for r in sorted(self._text)]
 
     def sample_texts(self) -> list[str]:
         """Texts unit targets show the attacker (``Target.samples``); empty for record-level worlds."""
@@ -346,11 +373,20 @@ class Challenger:
         return self._unit_of[record_id]
 
     def unit_group(self, unit: str) -> tuple[int, int]:
+        """The (a, b) group of a unit of the four groups (KeyError for a null-pool unit: it has no group)."""
         return self._unit_group[unit]
 
     def units(self) -> list[str]:
-        """Every unit drawn into the world, sorted."""
-        return sorted(self._unit_group)
+        """Every unit drawn into the world (the four groups and the null pool), sorted."""
+        return sorted(self._records)
+
+    def null_units(self) -> tuple[str, ...]:
+        """The null game's own units: never inserted, never shown by another game."""
+        return self._null_units
+
+    def never_inserted(self, unit: str) -> bool:
+        """Whether ``unit`` is in no training data at all: group (0, 0) or the null pool."""
+        return self._unit_group.get(unit, (0, 0)) == (0, 0)
 
     def is_canary_unit(self, unit: str) -> bool:
         """A canary unit (002, 4.3: canary users): any of its records is marked ``canary`` in target_meta."""
@@ -370,16 +406,15 @@ class Challenger:
         :func:`bench.units.unit_samples` as ``samples`` and the first of them as ``text``.
         """
         rows: list[tuple[str, int]] = []
-        for unit in sorted(self._unit_group):
+        if game.null_split:
+            rows = [(unit, int(unit in self._null_positive)) for unit in self._null_units]
+        for unit in ([] if game.null_split else sorted(self._unit_group)):
             g = self._unit_group[unit]
-            if game.null_split:
-                if g == (0, 0):
-                    rows.append((unit, int(unit in self._null_positive)))
-            elif g in game.positives:
+            if g in game.positives:
                 rows.append((unit, 1))
             elif g in game.negatives:
                 rows.append((unit, 0))
-        rng = np.random.default_rng([self.seed, int(content_hash(game.name, length=8), 16)])
+        rng = np.random.default_rng([self.seed, int(content_hash(game.name, length=8), 16), *self._salt])
         rows = [rows[i] for i in rng.permutation(len(rows))]
         salt = content_hash(self.world_key, game.name, "ids")
         targets = []

@@ -248,16 +248,45 @@ def membership_metrics(
     return rows
 
 
-def exposure_metrics(labels, exposures) -> list[MetricRow]:
+def exposure_metrics(labels, exposures, never_inserted=None) -> list[MetricRow]:
     """Mean and 95th-percentile canary exposure of positives and negatives (source 000 reports both).
 
-    The baseline for an unmemorised canary is 1/ln 2 ≈ 1.44 (source 004 A.3).
+    The baseline for an unmemorised canary is 1/ln 2 ≈ 1.44 (source 004 A.3). A game's negatives can include
+    canaries inserted elsewhere (the adapt game's (1, 0) canaries were in pretraining), so the "never inserted"
+    baseline rows ``exposure_*_never`` use only the units ``never_inserted`` marks (group (0, 0)), when given.
     """
     y, e = validate_scores(labels, exposures)
     n_pos, n_neg = int(y.sum()), int(len(y) - y.sum())
+    groups = [("pos", y == 1), ("neg", y == 0)]
+    if never_inserted is not None:
+        never = np.asarray(never_inserted, dtype=bool)
+        if never.shape != y.shape:
+            raise MetricError(f"never_inserted has {never.size} entries for {y.size} samples: pass one per sample")
+        if never.any():
+            groups.append(("never", never))
     rows = []
-    for name, sel in (("pos", y == 1), ("neg", y == 0)):
+    for name, sel in groups:
         vals = e[sel]
         rows.append(MetricRow(f"exposure_mean_{name}", float(vals.mean()), None, None, n_pos, n_neg))
         rows.append(MetricRow(f"exposure_p95_{name}", float(np.percentile(vals, 95)), None, None, n_pos, n_neg))
     return rows
+
+
+#: a null game with fewer samples than this per side cannot show a leak of a few AUC points (issue: null power)
+NULL_MIN_PER_SIDE = 200
+FLAG_UNDERPOWERED = "underpowered"
+
+
+def flag_underpowered_null(rows: list[MetricRow]) -> list[MetricRow]:
+    """Flag the null game's rows ``underpowered`` when either side has fewer than :data:`NULL_MIN_PER_SIDE` units.
+
+    Why: with 20 vs 20 samples a null AUC of 0.62 is within chance, so a clean null row says little; the flag keeps
+    such a control from reading as evidence. An existing flag is kept and the new one appended.
+    """
+    out = []
+    for r in rows:
+        if min(r.n_pos, r.n_neg) < NULL_MIN_PER_SIDE:
+            flag = FLAG_UNDERPOWERED if not r.flag else f"{r.flag},{FLAG_UNDERPOWERED}"
+            r = MetricRow(r.metric, r.value, r.ci_low, r.ci_high, r.n_pos, r.n_neg, flag)
+        out.append(r)
+    return out

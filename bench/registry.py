@@ -24,7 +24,7 @@ BUILTIN_MODULES = {
                "attacks.reference", "attacks.recall", "attacks.rmia", "attacks.self_prompt",
                "attacks.exposure", "attacks.extraction", "attacks.user_inference"],
     "defense": ["defenses.finetune", "defenses.lora", "defenses.dp", "defenses.mitigations", "defenses.dedup",
-                "defenses.goldfish", "defenses.guard", "defenses.hush", "defenses.naf"],
+                "defenses.goldfish", "defenses.guard", "defenses.hush", "defenses.naf", "defenses.none"],
     "task": ["tasks.mini_pile", "tasks.pile_subsets", "tasks.canaries", "tasks.names2ids", "tasks.users",
              "tasks.secrets", "tasks.hub", "tasks.user_files"],
 }

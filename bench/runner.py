@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference, ensure_tokenizer, pretrains
-from bench.attack import run_attack
+from bench.attack import evaluate_attack
 from bench.cache import ArtifactCache
 from bench.device import (configure_determinism, release_memory, score_bf16, select_device, set_threads,
                           tune_allocator)
@@ -30,7 +30,7 @@ from bench.game import AdaptationData, Challenger, ShadowSet
 from bench.lm import FINETUNE_REFERENCE, SHADOW_MODELS
 from bench.hashing import code_version, content_hash
 from bench.lm import HFLanguageModel, SignalCache
-from bench.metrics import exposure_metrics, membership_metrics
+from bench.metrics import exposure_metrics, flag_underpowered_null, membership_metrics
 from bench.modeling import ModelSpec, load_model
 from bench.release import is_release, load_release
 from bench.store import Store
@@ -76,8 +76,10 @@ LM_MEMO_SIZE = 4
 
 class Runner:
     def __init__(self, suite: Suite, store: Store | None, cache: ArtifactCache, *, command: str | None = None,
-                 quiet: bool = False, executor=None) -> None:
+                 quiet: bool = False, executor=None, draw_secret: str | None = None) -> None:
         self.suite = suite
+        #: salts every world's draw (bench.game.Challenger); None = the public, reproducible draw
+        self.draw_secret = draw_secret
         self.store = store
         self.cache = cache
         self.signals = SignalCache(cache.root / "signals")
@@ -94,8 +96,21 @@ class Runner:
             _log(msg)
 
     @property
+    def draw(self) -> str:
+        """How worlds were drawn: "public" (reproducible from the suite) or "secret:<id>" (salted, see docs/attacks.md)."""
+        if self.draw_secret is None:
+            return "public"
+        return "secret:" + content_hash("world-secret-id", self.draw_secret, length=10)
+
+    @property
     def run_key(self) -> str:
-        return content_hash(self.suite.config, self.code_version)
+        key = [self.suite.config, self.code_version]
+        return content_hash(*key) if self.draw_secret is None else content_hash(*key, self.draw)
+
+    @property
+    def run_config(self) -> dict:
+        """The suite's config as stored with the run, with how its worlds were drawn."""
+        return dict(self.suite.config, draw=self.draw)
 
     @property
     def device(self) -> torch.device:
@@ -115,7 +130,7 @@ class Runner:
         t0 = time.perf_counter()
         s = self.suite
         run_id, previous = self.store.begin_run(
-            run_key=self.run_key, suite=s.name, config=s.config, config_hash=s.config_hash,
+            run_key=self.run_key, suite=s.name, config=self.run_config, config_hash=s.config_hash,
             code_version=self.code_version, plugin_versions=self.plugin_versions(), seeds=s.seeds,
             hardware=hardware_info(), command=self.command)
         if previous == "complete":
@@ -190,7 +205,8 @@ class Runner:
         return self._once(("ref", ti, mi), make)
 
     def _challenger(self, ti: int, seed: int) -> Challenger:
-        return self._once(("ch", ti, seed), lambda: Challenger(self._data(ti), self.suite.world, seed))
+        return self._once(("ch", ti, seed), lambda: Challenger(self._data(ti), self.suite.world, seed,
+                                                               secret=self.draw_secret))
 
     def _base(self, ti: int, mi: int, seed: int):
         spec = self.suite.models[mi]
@@ -360,7 +376,7 @@ class Runner:
     def _check_world(self, task_label: str, data) -> None:
         """Refuse, before any training, games or models a task's membership structure cannot honour."""
         s = self.suite
-        ch = Challenger(data, s.world, s.seeds[0])
+        ch = Challenger(data, s.world, s.seeds[0], secret=self.draw_secret)
         undefined = [g.name for g in s.games if g.name not in ch.games_defined()]
         if undefined:
             raise ConfigError(f"task '{task_label}' draws targets that are already in the pretraining data "
@@ -478,24 +494,28 @@ class Runner:
             return None
         t0 = time.perf_counter()
         try:  # the view is built inline: no runner frame keeps a reference to it while the attack runs
-            scores = run_attack(a.instance, ch.view(
+            out = evaluate_attack(a.instance, ch.view(
                 inst, requires=a.instance.requires, pretrained=theta, adapted=theta_p, reference=reference,
                 population=data.population, attack_name=a.label, shadows=shadows, trainers=trainers))
         except PluginError as exc:
             raise PluginError(f"{exc} [game {inst.spec.name}, defense {d.label}]") from exc
+        scores = out.scores
         rows = membership_metrics(inst.labels, scores, fprs=tuple(s.metrics["fprs"]), n_boot=s.metrics["n_boot"],
                                   alpha=s.metrics["alpha"], seed=seed)
+        if inst.spec.null_split:
+            rows = flag_underpowered_null(rows)
         if ch.unit != "record":  # unit games: canary units vs ordinary units (source 002, Figure 6)
             from bench.units import canary_unit_metrics
             rows += canary_unit_metrics(inst.labels, scores, (ch.is_canary_unit(u) for u in inst.record_ids))
         family = getattr(a.instance, "family", "mia")
         if family == "exposure":
-            rows += exposure_metrics(inst.labels, scores)
+            rows += exposure_metrics(inst.labels, scores,
+                                     never_inserted=[ch.never_inserted(u) for u in inst.record_ids])
         elif family == "extraction":
             from attacks.extraction import extraction_metrics
             rows += extraction_metrics(inst.labels, scores, a.instance.extraction_kind,
                                        id_digits=int((data.public_format or {}).get("id_digits", 10)),
-                                       details=getattr(a.instance, "last_details", None), alpha=s.metrics["alpha"])
+                                       details=out.details, alpha=s.metrics["alpha"])
         return dict(eval_key=eval_key, task=task, model=model, defense=d.label, defense_params=d.instance.config,
                     seed=seed, game=inst.spec.name, attack=a.label, attack_params=a.instance.config,
                     world_key=ch.world_key, target_ids=[t.id for t in inst.targets], labels=inst.labels.tolist(),

@@ -139,11 +139,13 @@ def _set_limits(limits: Limits) -> None:
 
 
 def run_sandboxed(argv: list[str], *, sandbox: Path, limits: Limits, env: dict[str, str] | None = None,
-                  violation_file: Path | None = None) -> SandboxResult:
+                  violation_file: Path | None = None, stdin_data: bytes | None = None) -> SandboxResult:
     """Run ``argv`` (a Python child that calls :func:`install_guard`) in ``sandbox`` under ``limits``.
 
     The child gets its own session (process group), HOME and TMPDIR inside the sandbox, no network namespace
-    where the OS allows it, and is killed with its whole group when the wall-clock limit passes.
+    where the OS allows it, and is killed with its whole group when the wall-clock limit passes. ``stdin_data``
+    (small: it must fit the pipe buffer) reaches the child on its standard input and nowhere on disk or in its
+    environment, for a secret the child's trusted code reads before the plugin is imported.
     """
     sandbox.mkdir(parents=True, exist_ok=True)
     for sub in ("home", "tmp"):
@@ -157,8 +159,19 @@ def run_sandboxed(argv: list[str], *, sandbox: Path, limits: Limits, env: dict[s
     t0 = time.perf_counter()
     out_path, err_path = sandbox / "child.stdout", sandbox / "child.stderr"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
-        proc = subprocess.Popen(cmd, cwd=sandbox, env=child_env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+        proc = subprocess.Popen(cmd, cwd=sandbox, env=child_env, stdout=out, stderr=err,
+                                stdin=subprocess.DEVNULL if stdin_data is None else subprocess.PIPE,
                                 start_new_session=True, preexec_fn=lambda: _set_limits(limits))
+        if stdin_data is not None:
+            try:
+                proc.stdin.write(stdin_data)
+            except BrokenPipeError:  # the child died before reading: its exit status says why
+                pass
+            finally:
+                try:
+                    proc.stdin.close()
+                except BrokenPipeError:
+                    pass
         timed_out = False
         try:
             rc = proc.wait(timeout=limits.wall_s)

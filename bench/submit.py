@@ -8,9 +8,16 @@ under :mod:`bench.sandbox` limits. The child installs the audit hook, imports th
 plugin, runs the suite with the suite's defenses replaced by the submitted one
 (or its attacks, for an attack) into a scratch SQLite file inside the sandbox,
 and writes its rows as JSON there. The parent, the single writer of the results
-database, validates those rows (shapes, finiteness, labels, AUC recomputed from
-the scores) and stores them; a plugin that crashes, hangs, exceeds a limit or
+database, validates those rows (shapes, finiteness, AUC recomputed from the
+scores) and stores them; a plugin that crashes, hangs, exceeds a limit or
 breaks the sandbox leaves exactly one row: a failed run carrying the error.
+
+Labels never come from the child: every world of a submission is drawn with a
+fresh secret (handed to the child on its standard input, never on disk or in
+its environment), and the parent, which built the task data before the child
+started, redraws each world with that secret and checks every evaluation's world
+key, target ids and labels against its own (:func:`expected_labels`); a result
+whose labels differ is rejected.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import secrets
 import shutil
 import sys
 import tempfile
@@ -84,6 +92,9 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
             f"'{base.name}': nothing to do")
         return SubmitResult(previous["id"], "unchanged", None, plugin.label, run_key, time.perf_counter() - t0)
     cache_root = ArtifactCache(cache).root.resolve()
+    draw_secret = os.environ.get("PRIVBENCH_DRAW_SECRET") or secrets.token_hex(16)
+    # the labels, drawn here, before any plugin code runs (task data built by trusted code only)
+    truth = expected_labels(base, ArtifactCache(cache_root), draw_secret)
     box = Path(sandbox_dir).resolve() if sandbox_dir else Path(tempfile.mkdtemp(prefix="privbench-submit-"))
     box.mkdir(parents=True, exist_ok=True)
     spec = {"plugin": plugin.to_dict(), "suite_raw": base.raw, "suite_path": base.path, "extend": extend,
@@ -95,7 +106,8 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
     log(f"plugin '{plugin.label}' (code {plugin.code_hash}) on suite '{base.name}' in sandbox {box} "
         f"({limits.describe()})")
     res = run_sandboxed([sys.executable, "-m", "bench.submit", "--child", str(box / "spec.json")], sandbox=box,
-                        limits=limits, env=env, violation_file=box / VIOLATION_FILE)
+                        limits=limits, env={k: v for k, v in env.items() if k != "PRIVBENCH_DRAW_SECRET"},
+                        violation_file=box / VIOLATION_FILE, stdin_data=(draw_secret + "\n").encode())
     error = res.failure()
     payload: dict[str, Any] | None = None
     if error is None:
@@ -113,6 +125,7 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
     if error is None:
         try:
             rows = validate_rows(payload)
+            check_labels(rows["evaluations"], truth)
         except PluginError as exc:
             error = f"the plugin run returned invalid results: {exc}"
     provisional = {"submission": plugin.to_dict(), "suite": base.config, "extend": extend}
@@ -179,6 +192,42 @@ def validate_rows(payload: dict) -> dict:
     return {"evaluations": evs, "utility": payload.get("utility") or [], "guarantees": payload.get("guarantees") or []}
 
 
+def expected_labels(suite, cache, draw_secret: str) -> dict[tuple[str, int, str], tuple[str, dict[str, int]]]:
+    """The challenger's truth for every (task, seed, game) of ``suite``: (world key, target id -> label).
+
+    Computed in the parent from built-in task plugins (a submission replaces defenses or attacks, never tasks),
+    with the submission's secret draw, so nothing the child sends back can change it.
+    """
+    from bench.game import Challenger
+    out: dict[tuple[str, int, str], tuple[str, dict[str, int]]] = {}
+    for t in suite.tasks:
+        data = t.instance.build(cache)
+        for seed in suite.seeds:
+            ch = Challenger(data, suite.world, seed, secret=draw_secret)
+            for game in suite.games:
+                if game.name not in ch.games_defined():
+                    continue
+                inst = ch.instance(game)
+                out[(t.label, int(seed), game.name)] = (
+                    ch.world_key, {tgt.id: int(y) for tgt, y in zip(inst.targets, inst.labels)})
+    return out
+
+
+def check_labels(evaluations: list[dict], truth: dict) -> None:
+    """Every evaluation must carry the parent's world key, target ids and labels; else the run is rejected."""
+    for ev in evaluations:
+        key = (ev["task"], int(ev["seed"]), ev["game"])
+        _need(key in truth, f"evaluation {ev['eval_key']}: task {key[0]!r}, seed {key[1]}, game {key[2]!r} is not "
+                            f"a world of the submitted suite")
+        world_key, labels = truth[key]
+        _need(ev["world_key"] == world_key, f"evaluation {ev['eval_key']}: world key differs from the "
+                                            f"challenger's: the run did not score the drawn world")
+        _need(sorted(ev["target_ids"]) == sorted(labels), f"evaluation {ev['eval_key']}: target ids differ from "
+                                                          f"the challenger's")
+        _need(all(labels[i] == int(y) for i, y in zip(ev["target_ids"], ev["labels"])),
+              f"evaluation {ev['eval_key']}: labels differ from the challenger's: rejected")
+
+
 def _store_rows(store, run_id: int, rows: dict) -> None:
     for ev in rows["evaluations"]:
         store.write_evaluation(
@@ -235,6 +284,8 @@ def _child(spec_path: str) -> int:
     """In the sandbox: trusted imports, then the guard, then the plugin; rows go to result.json."""
     spec = json.loads(Path(spec_path).read_text())
     box = Path(spec["sandbox"])
+    draw_secret = sys.stdin.readline().strip() or None  # from the parent's pipe, before any plugin code runs
+    sys.stdin.close()
     out = box / RESULT_FILE
 
     def write(obj: dict) -> None:
@@ -267,7 +318,7 @@ def _child(spec_path: str) -> int:
                 return out
 
         store = Store(f"sqlite:///{box / 'scratch.db'}")
-        runner = SubmissionRunner(suite, store, ArtifactCache(spec["cache"]), quiet=True)
+        runner = SubmissionRunner(suite, store, ArtifactCache(spec["cache"]), quiet=True, draw_secret=draw_secret)
         result = runner.run()
         rows = export_rows(store, result.run_id)
         write({"status": "complete", "config": suite.config, "plugin_versions": runner.plugin_versions(),

@@ -46,7 +46,108 @@ if TYPE_CHECKING:
     from bench.metrics import MetricRow
     from bench.task import TaskData
 
-__all__ = ["unit_samples", "owners_of", "secrets_of", "score_units", "is_unit_view", "canary_unit_metrics"]
+__all__ = ["GROUPS", "NULL_POOL", "UNIT_META_KEYS", "unit_key", "group_targets_by_unit", "draw_unit_groups",
+           "unit_samples", "owners_of", "secrets_of", "score_units", "is_unit_view", "canary_unit_metrics"]
+
+
+#: the four (a, b) groups of the holistic audit game: a = inserted into pretraining, b = into adaptation
+GROUPS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (1, 0), (1, 1))
+#: the separate pool of never-inserted units the null game splits in half (never part of a 2×2 game)
+NULL_POOL = "null"
+#: the ``target_meta`` key that names a target's unit, per membership unit
+UNIT_META_KEYS = {"user": "user", "secret": "secret_id"}
+
+# ---------------------------------------------------------------------------------------- the draw
+
+def unit_key(data: TaskData, record_id: str) -> str:
+    """The membership unit of target ``record_id``: the record itself, its user or its secret."""
+    if data.unit == "record":
+        return record_id
+    key = UNIT_META_KEYS.get(data.unit)
+    if key is None:
+        raise DataError(f"task '{data.name}' has membership unit {data.unit!r}: use one of record, "
+                        f"{', '.join(UNIT_META_KEYS)}")
+    meta = data.target_meta.get(record_id) or {}
+    if meta.get(key) in (None, ""):
+        raise DataError(f"task '{data.name}' (unit {data.unit}): target {record_id!r} has no "
+                        f"target_meta[{key!r}]: every target must name its {data.unit}")
+    return str(meta[key])
+
+
+def group_targets_by_unit(data: TaskData) -> dict[str, list[int]]:
+    """Unit key -> indices into ``data.targets`` of the records of that unit, in first-appearance order.
+
+    For ``unit == "record"`` every target is its own unit (keyed by its id), so a challenger that draws
+    units draws exactly what it drew before. Target ids must be unique.
+    """
+    out: dict[str, list[int]] = {}
+    seen: set[str] = set()
+    for i, rec in enumerate(data.targets):
+        if rec.id in seen:
+            raise DataError(f"task '{data.name}': target id {rec.id!r} appears twice: target ids must be unique")
+        seen.add(rec.id)
+        out.setdefault(unit_key(data, rec.id), []).append(i)
+    return out
+
+
+def draw_unit_groups(data: TaskData, sizes: dict, rng: np.random.Generator, *,
+                     known_a: bool = False) -> dict[str, tuple[int, int] | str]:
+    """Record id -> its (a, b) group, or :data:`NULL_POOL`, drawing whole units: ``sizes[g]`` units per group.
+
+    ``sizes`` maps each of the four groups of :data:`GROUPS` (and optionally :data:`NULL_POOL`) to a number of
+    units. The null pool is drawn from the same pool as group (0, 0) but is a separate set of units that no
+    other game shows (DESIGN.md: the null game never shares units with the 2×2 games). Every record of a unit
+    gets the unit's group. With ``known_a`` (a fixed by the data, e.g. a released model's split) the units of
+    each a are drawn from their own pool (the null pool from a = 0), and all records of a unit must share
+    ``target_meta[id]["a"]``.
+    """
+    units = group_targets_by_unit(data)
+    keys = list(units)
+    noun = "records" if data.unit == "record" else f"{data.unit}s"
+    order_of_groups: list = list(GROUPS) + ([NULL_POOL] if sizes.get(NULL_POOL) else [])
+    out: dict[str, tuple[int, int] | str] = {}
+
+    def place(key: str, g) -> None:
+        for i in units[key]:
+            out[data.targets[i].id] = g
+
+    def a_bit(g) -> int:
+        return 0 if g == NULL_POOL else g[0]
+
+    if known_a:
+        a_of: dict[str, int] = {}
+        for k, idx in units.items():
+            bits = {int(data.target_meta[data.targets[i].id]["a"]) for i in idx}
+            if len(bits) != 1:
+                raise DataError(f"task '{data.name}': {data.unit} {k!r} has records with a=0 and a=1: the records "
+                                f"of one {data.unit} must share their known pretraining membership")
+            a_of[k] = bits.pop()
+        pools = {a: [k for k in keys if a_of[k] == a] for a in (0, 1)}
+        for a in (0, 1):
+            want = sum(sizes[g] for g in order_of_groups if a_bit(g) == a)
+            if len(pools[a]) < want:
+                raise DataError(f"task '{data.name}' has {len(pools[a])} target {noun} with known a={a} but the "
+                                f"world needs {want}: lower n_per_group / n_null in the suite's `world`")
+        for a in (0, 1):
+            order = [pools[a][int(i)] for i in rng.permutation(len(pools[a]))]
+            start = 0
+            for g in (g for g in order_of_groups if a_bit(g) == a):
+                for k in order[start:start + sizes[g]]:
+                    place(k, g)
+                start += sizes[g]
+        return out
+    need = sum(sizes[g] for g in order_of_groups)
+    if len(keys) < need:
+        raise DataError(f"task '{data.name}' has {len(keys)} target {noun} but the world needs {need} "
+                        f"(4 × n_per_group + n_null, counted in {noun}): lower them in the suite's `world` or use "
+                        f"more data")
+    chosen = rng.permutation(len(keys))[:need]
+    start = 0
+    for g in order_of_groups:
+        for i in chosen[start:start + sizes[g]]:
+            place(keys[int(i)], g)
+        start += sizes[g]
+    return out
 
 
 def unit_samples(data: TaskData, unit: str, record_ids: Sequence[str]) -> tuple[str, ...]:
@@ -75,17 +176,21 @@ def _pseudonym(world_key: str, kind: str, value: Any) -> str:
 def owners_of(data: TaskData, world_key: str, n_background: int, target_units: Sequence[str]) -> list[str]:
     """Owner of each adaptation text (background first, then target records), pseudonymised per world.
 
-    Background owners come from ``data.adapt_owners`` where the task provides them (``synthetic_users``);
-    otherwise each background record is its own owner. Target records are owned by their user. The
-    pseudonyms are one hash of the world key and the user id, so background and target owners look alike
-    and the defense cannot look a user up in the attacker's public data.
+    Background owners are ``data.adapt_owners``, the users of the task's adaptation records; target records are
+    owned by their user. Both are real users with their own numbers of records, so an owner's record count says
+    nothing about whether it is a target. A user task without ``adapt_owners`` is refused: giving each
+    background record its own owner would mark every owner of several records as a target. The pseudonyms are
+    one hash of the world key and the user id, so background and target owners look alike and the defense
+    cannot look a user up in the attacker's public data.
     """
-    provided = getattr(data, "adapt_owners", None)
-    if provided is not None and len(provided) < n_background:
+    provided = data.adapt_owners
+    if provided is None:
+        raise DataError(f"task '{data.name}' has membership unit 'user' but names no owners of its adaptation "
+                        f"records (TaskData.adapt_owners): give every adaptation record its user")
+    if len(provided) < n_background:
         raise DataError(f"task '{data.name}' names owners of {len(provided)} adaptation records but the world "
                         f"uses {n_background}: give every adaptation record an owner")
-    bg = [_pseudonym(world_key, "user", provided[i]) if provided is not None else
-          _pseudonym(world_key, "record", i) for i in range(n_background)]
+    bg = [_pseudonym(world_key, "user", provided[i]) for i in range(n_background)]
     return bg + [_pseudonym(world_key, "user", u) for u in target_units]
 
 
@@ -132,7 +237,7 @@ def score_units(attack: Attack, view: AttackerView, run_records) -> np.ndarray:
             flat.append(Target(id=content_hash(t.id, j, length=12), text=s))
             owner.append(i)
     record_view = AttackerView(view.game, tuple(flat), view.model, view.base, view.reference, view.population,
-                               view.shadows, view.public_format)
+                               view.shadows, view.public_format, "record", view.trainer)
     scores = run_records(attack, record_view)
     idx = np.asarray(owner, dtype=np.int64)
     sums = np.bincount(idx, weights=scores, minlength=len(view.targets))

@@ -1,8 +1,9 @@
 """Deduplication of the pretraining corpus (Kandpal et al. 2022; Lee et al. 2022), named by source 000 as an
 empirical mitigation: repeated documents are memorized far more, so removing repeats removes much of it.
 
-Runs on the corpus *after* the challenger's inserts, so the repeated copies of a=1 targets
-(``pretrain_target_repeats`` > 1) are what it removes. Two passes, in corpus order, first occurrence kept:
+Runs on the corpus *after* the challenger's inserts (it receives one list, in content-hash order, with nothing
+marking the inserts), so the repeated copies of a=1 targets (``pretrain_target_repeats`` > 1) are among what it
+removes. Two passes, in the order given, first occurrence kept:
 
 * exact: documents equal after lower-casing and collapsing whitespace;
 * near: a document whose word ``ngram``-grams are at least ``near_threshold`` already in kept documents.
@@ -71,9 +72,7 @@ class Dedup(FineTune):
     )
     code_modules = ("defenses.finetune",)
 
-    def pretrain_texts(self, corpus: list[str], inserts: list[str]) -> tuple[list[str], list[str]]:
-        allt = list(corpus) + list(inserts)
-        keep, counts = dedup_texts(allt, self.ngram, self.near_threshold)
+    def pretrain_texts(self, docs: list[str]) -> list[str]:
+        keep, counts = dedup_texts(docs, self.ngram, self.near_threshold)
         self.pretrain_report = counts
-        n = len(corpus)
-        return [allt[i] for i in keep if i < n], [allt[i] for i in keep if i >= n]
+        return [docs[i] for i in keep]

@@ -556,7 +556,7 @@ def _pool_data(task: Task, records: list[dict[str, str]], *, where: str, relatio
         task.name, pretrain=pretrain, heldout=[r["text"] for r in parts["heldout"]],
         population=[r["text"] for r in parts["population"]], adapt=[r["text"] for r in parts["adapt"]],
         targets=targets, relation=relation, unit=unit, target_meta=meta, sources=[prov, pprov], stats=stats,
-        config=task.config)
+        config=task.config, adapt_owners=[r["user"] for r in parts["adapt"]] if unit == "user" else None)
 
 
 _PRETRAIN_PARAM = Param("pretrain_path", str, None, "pretraining corpus file with a 'text' column (default: "

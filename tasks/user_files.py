@@ -385,18 +385,34 @@ def assemble_task_data(name: str, *, pretrain: Sequence[str], heldout: Sequence[
                        adapt: Sequence[str], targets: Sequence[TargetRecord], relation: str, unit: str = "record",
                        target_meta: Mapping[str, Mapping[str, Any]] | None = None,
                        sources: Sequence[Mapping[str, Any]] = (), stats: Mapping[str, Any] | None = None,
-                       config: Mapping[str, Any] | None = None) -> TaskData:
-    """TaskData with a fingerprint over the config, every partition's texts and the target ids and metadata."""
+                       config: Mapping[str, Any] | None = None,
+                       adapt_owners: Sequence[str] | None = None) -> TaskData:
+    """TaskData with a fingerprint over the config, every partition's texts and the target ids and metadata.
+
+    ``adapt_owners`` (the user of each adaptation record) is required for unit ``"user"``: without it every
+    background record would be its own owner while target users own several records, so a defense could tell
+    the targets apart by their owners' record counts."""
+    if unit == "user":
+        if adapt_owners is None or len(adapt_owners) != len(adapt):
+            raise DataError(f"task '{name}' has membership unit 'user' but names the owners of "
+                            f"{0 if adapt_owners is None else len(adapt_owners)} of its {len(adapt)} adaptation "
+                            f"records: give every adaptation record its user (adapt_owners)")
+    elif adapt_owners is not None:
+        raise DataError(f"task '{name}': adapt_owners is given but the membership unit is {unit!r}: owners belong "
+                        f"to user tasks")
     meta = {k: dict(v) for k, v in (target_meta or {}).items()}
     pools = {"heldout": list(heldout), "population": list(population), "adapt": list(adapt)}
-    fp = _fingerprint(name, pretrain, pools, targets, {"relation": relation, "unit": unit, "meta": meta,
-                                                       "config": dict(config or {})})
+    extra = {"relation": relation, "unit": unit, "meta": meta, "config": dict(config or {})}
+    if adapt_owners is not None:
+        extra["adapt_owners"] = list(adapt_owners)
+    fp = _fingerprint(name, pretrain, pools, targets, extra)
     st = dict(stats or {})
     st.update({"pretrain": len(pretrain), "heldout": len(heldout), "population": len(population),
                "adapt": len(adapt), "targets": len(targets)})
     return TaskData(name=name, pretrain=tuple(pretrain), heldout=tuple(heldout), population=tuple(population),
                     adapt=tuple(adapt), targets=tuple(targets), fingerprint=fp, sources=tuple(dict(s) for s in sources),
-                    stats=st, relation=relation, unit=unit, target_meta=meta, public_format=None)
+                    stats=st, relation=relation, unit=unit, target_meta=meta, public_format=None,
+                    adapt_owners=None if adapt_owners is None else tuple(str(u) for u in adapt_owners))
 
 
 def pool_params(heldout: float, population: float, adapt: float, targets: float) -> tuple[Param, ...]:
@@ -512,4 +528,4 @@ class LocalText(Task):
             self.name, pretrain=pretrain, heldout=[r["text"] for r in parts["heldout"]],
             population=[r["text"] for r in parts["population"]], adapt=[r["text"] for r in parts["adapt"]],
             targets=targets, relation=relation, unit=unit, target_meta=meta, sources=[src, prov], stats=stats,
-            config=self.config)
+            config=self.config, adapt_owners=[r["user"] for r in parts["adapt"]] if self.user_column else None)

@@ -84,14 +84,14 @@ from bench.params import Param
 from bench.registry import register_task
 from tasks.derived import derived_fingerprint, partition_stats
 from bench.task import TargetRecord, Task, TaskData
+# the unit draw lives in the game core; re-exported here for code that imported it from this module
+from bench.units import UNIT_META_KEYS, draw_unit_groups, group_targets_by_unit, unit_key
 from tasks.mini_pile import MiniPile
 from tasks.names2ids import DEFAULT_LOCALES, seeded_fakers, to_ascii
 
 __all__ = ["UNIT_META_KEYS", "unit_key", "group_targets_by_unit", "draw_unit_groups", "draw_doc_counts", "assign_topics",
            "insert_at_word_boundary", "SyntheticUsers"]
 
-#: the ``target_meta`` key that names a target's unit, per membership unit
-UNIT_META_KEYS = {"user": "user", "secret": "secret_id"}
 
 GREETINGS = ("Hi {to},", "Dear {to},", "Hello {to},", "Hey {to}!", "Good morning {to},", "Hi all,",
              "Hello team,", "Dear colleagues,", "Greetings,", "Morning folks,")
@@ -105,95 +105,6 @@ MAX_JOB_CHARS = 40
 
 _TOPIC_WORD = re.compile(r"[a-z_][a-z0-9_]{2,}")
 _TOPIC_DIM = 1 << 15
-
-
-# ------------------------------------------------------------------------------------------ units
-
-def unit_key(data: TaskData, record_id: str) -> str:
-    """The membership unit of target ``record_id``: the record itself, its user or its secret."""
-    if data.unit == "record":
-        return record_id
-    key = UNIT_META_KEYS.get(data.unit)
-    if key is None:
-        raise DataError(f"task '{data.name}' has membership unit {data.unit!r}: use one of record, "
-                        f"{', '.join(UNIT_META_KEYS)}")
-    meta = data.target_meta.get(record_id) or {}
-    if meta.get(key) in (None, ""):
-        raise DataError(f"task '{data.name}' (unit {data.unit}): target {record_id!r} has no "
-                        f"target_meta[{key!r}]: every target must name its {data.unit}")
-    return str(meta[key])
-
-
-def group_targets_by_unit(data: TaskData) -> dict[str, list[int]]:
-    """Unit key -> indices into ``data.targets`` of the records of that unit, in first-appearance order.
-
-    For ``unit == "record"`` every target is its own unit (keyed by its id), so a challenger that draws
-    units draws exactly what it drew before. Target ids must be unique.
-    """
-    out: dict[str, list[int]] = {}
-    seen: set[str] = set()
-    for i, rec in enumerate(data.targets):
-        if rec.id in seen:
-            raise DataError(f"task '{data.name}': target id {rec.id!r} appears twice: target ids must be unique")
-        seen.add(rec.id)
-        out.setdefault(unit_key(data, rec.id), []).append(i)
-    return out
-
-
-def draw_unit_groups(data: TaskData, sizes: dict[tuple[int, int], int], rng: np.random.Generator, *,
-                     known_a: bool = False) -> dict[str, tuple[int, int]]:
-    """Record id -> (a, b) group, drawing whole units: ``sizes[g]`` units go to group ``g``.
-
-    Every record of a unit gets the unit's group. With ``known_a`` (a fixed by the data, e.g. a released
-    model's split) the units of each a are drawn from their own pool, and all records of a unit must share
-    ``target_meta[id]["a"]``. For ``unit == "record"`` this consumes ``rng`` exactly as the record-level
-    challenger did (one permutation of all targets, or one per a-pool), so record-level worlds are unchanged.
-    """
-    from bench.game import GROUPS
-
-    units = group_targets_by_unit(data)
-    keys = list(units)
-    noun = "records" if data.unit == "record" else f"{data.unit}s"
-    out: dict[str, tuple[int, int]] = {}
-
-    def place(key: str, g: tuple[int, int]) -> None:
-        for i in units[key]:
-            out[data.targets[i].id] = g
-
-    if known_a:
-        a_of: dict[str, int] = {}
-        for k, idx in units.items():
-            bits = {int(data.target_meta[data.targets[i].id]["a"]) for i in idx}
-            if len(bits) != 1:
-                raise DataError(f"task '{data.name}': {data.unit} {k!r} has records with a=0 and a=1: the records "
-                                f"of one {data.unit} must share their known pretraining membership")
-            a_of[k] = bits.pop()
-        pools = {a: [k for k in keys if a_of[k] == a] for a in (0, 1)}
-        for a in (0, 1):
-            want = sum(sizes[g] for g in GROUPS if g[0] == a)
-            if len(pools[a]) < want:
-                raise DataError(f"task '{data.name}' has {len(pools[a])} target {noun} with known a={a} but the "
-                                f"world needs {want}: lower n_per_group / n_null in the suite's `world`")
-        for a in (0, 1):
-            order = [pools[a][int(i)] for i in rng.permutation(len(pools[a]))]
-            start = 0
-            for g in (g for g in GROUPS if g[0] == a):
-                for k in order[start:start + sizes[g]]:
-                    place(k, g)
-                start += sizes[g]
-        return out
-    need = sum(sizes.values())
-    if len(keys) < need:
-        raise DataError(f"task '{data.name}' has {len(keys)} target {noun} but the world needs {need} "
-                        f"(n_null + 3 × n_per_group, counted in {noun}): lower them in the suite's `world` or use "
-                        f"more data")
-    chosen = rng.permutation(len(keys))[:need]
-    start = 0
-    for g in GROUPS:
-        for i in chosen[start:start + sizes[g]]:
-            place(keys[int(i)], g)
-        start += sizes[g]
-    return out
 
 
 # ---------------------------------------------------------------------------------------- helpers

@@ -111,3 +111,59 @@ def make_task_data(n_targets: int = 400, n_adapt: int = 200, n_pretrain: int = 1
     return TaskData(name=name, pretrain=tuple(parts["pretrain"]), heldout=tuple(parts["heldout"]),
                     population=tuple(parts["population"]), adapt=tuple(parts["adapt"]), targets=targets,
                     fingerprint=fp)
+
+
+class NgramLM(LanguageModel):
+    """Byte-level n-gram LM with add-α smoothing: it memorises the texts it was fitted on, as an overfitted network
+    does, so membership in its training data is strongly visible (where a unigram model averages it away)."""
+
+    def __init__(self, texts: Iterable[str] = (), *, n: int = 4, alpha: float = 0.05, name: str = "ngram") -> None:
+        from collections import Counter, defaultdict
+        self.n, self.alpha = n, alpha
+        self.counts: dict[bytes, Counter] = defaultdict(Counter)
+        h = hashlib.sha256(f"{name}|{n}|{alpha}".encode())
+        for t in texts:
+            ids = UnigramLM.encode(t)
+            h.update(t.encode("utf-8") + b"\x1e")
+            for i in range(len(ids)):
+                self.counts[bytes(ids[max(0, i - n + 1):i].astype(np.uint8))][int(ids[i])] += 1
+        self.fingerprint = h.hexdigest()[:16]
+        self._dist: dict[bytes, np.ndarray] = {}
+
+    def _logp(self, context: bytes) -> np.ndarray:
+        if context not in self._dist:
+            v = np.full(VOCAB_SIZE, self.alpha)
+            for b, k in self.counts.get(context, {}).items():
+                v[b] += k
+            self._dist[context] = np.log(v / v.sum())
+        return self._dist[context]
+
+    def token_signals(self, texts: Sequence[str], prefix: str | None = None) -> list[TokenSignals]:
+        out = []
+        for t in texts:
+            ids = UnigramLM.encode(t)
+            dists = [self._logp(bytes(ids[max(0, i - self.n + 1):i].astype(np.uint8))) for i in range(len(ids))]
+            lp = np.array([d[b] for d, b in zip(dists, ids)], dtype=np.float32)
+            mu = np.array([(np.exp(d) * d).sum() for d in dists], dtype=np.float32)
+            var = np.array([max((np.exp(d) * d ** 2).sum() - m ** 2, 0.0) for d, m in zip(dists, mu)],
+                           dtype=np.float32)
+            top1 = np.array([int(np.argmax(d)) == b for d, b in zip(dists, ids)], dtype=np.int8)
+            out.append(TokenSignals(token_ids=ids, logprobs=lp, mu=mu, sigma2=var, top1=top1))
+        return out
+
+    def next_token_logprobs(self, prefixes: Sequence[str]) -> np.ndarray:
+        rows = []
+        for p in prefixes:
+            ids = UnigramLM.encode(p)
+            rows.append(self._logp(bytes(ids[max(0, len(ids) - self.n + 1):].astype(np.uint8))))
+        return np.asarray(rows, dtype=np.float32)
+
+    def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
+        out = []
+        for p in prompts:
+            new = b""
+            for _ in range(max_new_tokens):
+                new += bytes([int(np.argmax(self._logp((p.encode("utf-8") + new)[-(self.n - 1):] if self.n > 1
+                                                       else b"")))])
+            out.append(new.decode("utf-8", errors="replace"))
+        return out

@@ -232,7 +232,7 @@ def test_challenger_inserts_canaries(built, ptype):
     adapt = ch.adaptation_data().texts
     text = {r.id: r.text for r in d.targets}
     ids = all_ids(ch)
-    assert len(ids) == 3 * WORLD["n_per_group"] + WORLD["n_null"]
+    assert len(ids) == 4 * WORLD["n_per_group"]
     for rid in ids:
         a, b = ch.group_of(rid)
         t = text[rid]

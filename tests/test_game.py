@@ -28,14 +28,15 @@ N_PER_GROUP, N_NULL, BACKGROUND = 20, 40, 10
 WORLD = {"n_per_group": N_PER_GROUP, "n_null": N_NULL, "adapt_background": BACKGROUND}
 
 # game -> (positive groups, negative groups, n_pos, n_neg, released target model, base released)
+# the four groups have N_PER_GROUP units each (a and b independent); the null game has its own pool of N_NULL
 EXPECTED = {
-    "pretrain": ({(1, 0), (1, 1)}, {(0, 0), (0, 1)}, 2 * N_PER_GROUP, N_NULL + N_PER_GROUP, "pretrained", False),
-    "adapt": ({(0, 1), (1, 1)}, {(0, 0), (1, 0)}, 2 * N_PER_GROUP, N_NULL + N_PER_GROUP, "adapted", False),
-    "joint/fresh": ({(0, 1)}, {(0, 0)}, N_PER_GROUP, N_NULL, "adapted", True),
+    "pretrain": ({(1, 0), (1, 1)}, {(0, 0), (0, 1)}, 2 * N_PER_GROUP, 2 * N_PER_GROUP, "pretrained", False),
+    "adapt": ({(0, 1), (1, 1)}, {(0, 0), (1, 0)}, 2 * N_PER_GROUP, 2 * N_PER_GROUP, "adapted", False),
+    "joint/fresh": ({(0, 1)}, {(0, 0)}, N_PER_GROUP, N_PER_GROUP, "adapted", True),
     "joint/seen": ({(1, 1)}, {(1, 0)}, N_PER_GROUP, N_PER_GROUP, "adapted", True),
-    "joint/both": ({(1, 1)}, {(0, 0)}, N_PER_GROUP, N_NULL, "adapted", True),
-    "post_adapt": ({(1, 0)}, {(0, 0)}, N_PER_GROUP, N_NULL, "adapted", True),
-    "null": ({(0, 0)}, {(0, 0)}, N_NULL // 2, N_NULL // 2, "adapted", False),
+    "joint/both": ({(1, 1)}, {(0, 0)}, N_PER_GROUP, N_PER_GROUP, "adapted", True),
+    "post_adapt": ({(1, 0)}, {(0, 0)}, N_PER_GROUP, N_PER_GROUP, "adapted", True),
+    "null": ({"null"}, {"null"}, N_NULL // 2, N_NULL // 2, "adapted", False),
 }
 ALL_REQUIRES = frozenset({"token_logprobs", "next_token_distribution", "generate", "reference_model", "population"})
 
@@ -75,9 +76,16 @@ def test_games_are_exactly_the_table():
         assert GAMES[name].releases_base is releases_base, name
 
 
+def group_or_null(ch: Challenger, r: str):
+    return "null" if r in ch.null_units() else ch.group_of(r)
+
+
 def test_world_group_sizes(ch):
     groups = Counter(ch.group_of(r) for r in all_record_ids(ch))
-    assert groups == {(0, 0): N_NULL, (0, 1): N_PER_GROUP, (1, 0): N_PER_GROUP, (1, 1): N_PER_GROUP}
+    assert groups == {(0, 0): N_PER_GROUP, (0, 1): N_PER_GROUP, (1, 0): N_PER_GROUP, (1, 1): N_PER_GROUP}
+    # the null pool is its own set of units, in no group and in no other game
+    assert len(ch.null_units()) == N_NULL and not set(ch.null_units()) & set(all_record_ids(ch))
+    assert all(ch.never_inserted(u) for u in ch.null_units())
 
 
 @pytest.mark.parametrize("game", list(EXPECTED))
@@ -90,8 +98,8 @@ def test_instance_matches_definition(ch, data, game):
     assert (inst.n_pos, inst.n_neg) == (n_pos, n_neg)
     pos = [r for r, y in zip(inst.record_ids, labels) if y == 1]
     neg = [r for r, y in zip(inst.record_ids, labels) if y == 0]
-    assert {ch.group_of(r) for r in pos} == pos_groups
-    assert {ch.group_of(r) for r in neg} == neg_groups
+    assert {group_or_null(ch, r) for r in pos} == pos_groups
+    assert {group_or_null(ch, r) for r in neg} == neg_groups
     assert len(set(inst.record_ids)) == len(inst.record_ids)  # no target twice
     assert not set(pos) & set(neg)
     # every target of a positive/negative group is in the game (not a subset)
@@ -104,14 +112,17 @@ def test_instance_matches_definition(ch, data, game):
     assert [t.text for t in inst.targets] == [texts[r] for r in inst.record_ids]
 
 
-def test_null_game_splits_group_00_in_disjoint_halves(ch):
+def test_null_game_splits_its_own_pool_in_disjoint_halves(ch):
     inst = ch.instance(GAMES["null"])
     pos = {r for r, y in zip(inst.record_ids, inst.labels) if y == 1}
     neg = {r for r, y in zip(inst.record_ids, inst.labels) if y == 0}
     assert len(pos) == len(neg) == N_NULL // 2
     assert not pos & neg
-    everyone_00 = {r for r in all_record_ids(ch) if ch.group_of(r) == (0, 0)}
-    assert pos | neg == everyone_00
+    assert pos | neg == set(ch.null_units())
+    # no unit of the null game is shown by any other game
+    for name in EXPECTED:
+        if name != "null":
+            assert not set(ch.instance(GAMES[name]).record_ids) & (pos | neg), name
 
 
 @pytest.mark.parametrize("game", list(EXPECTED))
@@ -127,6 +138,8 @@ def test_target_ids_are_opaque_and_order_shuffled(ch, game):
     assert labels != sorted(labels) and labels != sorted(labels, reverse=True)
     assert list(inst.record_ids) != sorted(inst.record_ids)
     # ids are not the same across games either, so games cannot be linked by id
+    if game == "null":  # the null pool is shown by no other game: nothing to link
+        return
     other = ch.instance(GAMES["pretrain" if game != "pretrain" else "adapt"])
     other_ids = {r: t.id for r, t in zip(other.record_ids, other.targets)}
     shared = [r for r in inst.record_ids if r in other_ids]
@@ -402,9 +415,12 @@ class DishonestAttack(Attack):
     """
 
     name = "dishonest"
+    #: where the test reads what the attempts got: each evaluation scores with a fresh instance, so the results
+    #: leave through class-level state (an in-process channel docs/attacks.md lists)
+    last_results: dict = {}
 
     def score(self, view):
-        self.results = {}
+        self.results = type(self).last_results = {}
 
         def attempt(key, fn):
             try:
@@ -445,7 +461,7 @@ def test_dishonest_attack_finds_nothing(data, models):
     attack = DishonestAttack()
     scores = run_attack(attack, view)
     assert scores.shape == (len(labels),)
-    r = attack.results
+    r = DishonestAttack.last_results
     for key in ("labels", "_challenger", "challenger", "record_ids", "setattr_labels", "setattr_game",
                 "setattr_targets", "view_dict", "model_raw", "model_wrapped", "model_setattr", "target_label"):
         assert r[key][0] == "AttributeError", (key, r[key])
@@ -567,7 +583,7 @@ def test_run_attack_returns_float64_per_target(ch, models):
 
 def test_loss_attack_null_game_near_chance_adapt_game_above():
     data = make_task_data(n_targets=400, n_adapt=200, seed=1)
-    ch = Challenger(data, {"n_per_group": 20, "n_null": 200, "adapt_background": 10}, seed=0)
+    ch = Challenger(data, {"n_per_group": 20, "n_null": 200, "adapt_background": 0}, seed=0)
     adapted = UnigramLM(ch.adaptation_data().texts, name="adapted")
     pretrained = UnigramLM(data.pretrain, name="pretrained")
     auc = {}
@@ -596,10 +612,10 @@ def test_unit_tasks_are_drawn_not_refused(data):
     """A user task plays: each user's records share one group, and a game shows one target per user."""
     meta = {r.id: {"user": f"u{i // 4}"} for i, r in enumerate(data.targets)}  # 100 users of 4 records
     users = dataclasses.replace(data, unit="user", target_meta=meta)
-    ch = Challenger(users, WORLD, seed=0)
+    ch = Challenger(users, {"n_per_group": 12, "n_null": 40, "adapt_background": BACKGROUND}, seed=0)
     assert ch.unit == "user"
-    assert all(len({ch.group_of(r) for r in rs}) == 1 for rs in ch._records.values())
+    assert all(len({ch.group_of(r) for r in rs}) == 1 for rs in ch._records.values() if rs[0] in ch._group)
     inst = ch.instance(GAMES["adapt"])
-    assert len(inst.targets) == 3 * N_PER_GROUP + N_NULL  # counted in users
+    assert len(inst.targets) == 4 * 12  # the four groups, counted in users
     # no held-aside samples in this task: a user shows its own records (user-level membership inference)
     assert all(len(t.samples) == 4 for t in inst.targets)

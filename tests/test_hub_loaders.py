@@ -234,7 +234,10 @@ def test_pool_tasks_work_with_the_challenger(tmp_path, cache, pretrain_file):
     for t in d.targets:
         if t.id in ch._group:
             assert ch.group_of(t.id) == ch.unit_group(d.target_meta[t.id]["user"])
-    assert len(ch.instance(GAMES["pretrain"]).targets) == 20 == len(ch.units())
+    assert len(ch.instance(GAMES["pretrain"]).targets) == 16 and len(ch.units()) == 16 + 8  # and the null pool
+    # the adaptation data's owners are the task's users, background and targets alike
+    owners = ch.adaptation_data().users
+    assert owners is not None and len(set(owners[:4])) <= 4
 
 
 # -------------------------------------------------------------------------------------------------

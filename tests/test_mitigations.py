@@ -237,8 +237,10 @@ def test_dedup_removes_exact_and_near_duplicates_and_keeps_singletons():
 def test_dedup_hook_removes_repeated_inserts():
     corpus = _texts(30, 30, 20, 30)
     targets = _texts(5, 31, 20, 30)
-    kept_c, kept_i = Dedup().pretrain_texts(corpus, targets * 3)
-    assert kept_c == corpus and kept_i == targets
+    from bench.artifacts import filter_pretraining
+    kept_c, kept_i, report = filter_pretraining(Dedup(), corpus, targets * 3)
+    assert sorted(kept_c) == sorted(corpus) and sorted(kept_i) == sorted(targets)
+    assert report["inserts_in"] == 15 and report["inserts_kept"] == 5 and report["exact_removed"] == 10
 
 
 # ----------------------------------------------------------------------------------- own θ per defense

@@ -31,10 +31,10 @@ BUDGET = 300_000
 # attacker_fraction 0.4: most users show two or more samples, so means over samples are exercised
 USERS = dict(max_chars_per_source=BUDGET, n_users=40, docs_median=4.0, docs_sigma=0.6, min_docs=3, max_docs=12,
              canary_users=3, canary_length=8, attacker_fraction=0.4)
-SECRETS = dict(max_chars_per_source=BUDGET, n_secrets=20, records_per_secret_min=2, records_per_secret_max=5,
+SECRETS = dict(max_chars_per_source=BUDGET, n_secrets=30, records_per_secret_min=2, records_per_secret_max=5,
                secret_kind="mixed")
 WORLD = {"n_per_group": 4, "n_null": 8, "adapt_background": 10}
-SIZES = {(0, 0): 8, (0, 1): 4, (1, 0): 4, (1, 1): 4}
+SIZES = {(0, 0): 4, (0, 1): 4, (1, 0): 4, (1, 1): 4}   # and a null pool of 8 units of its own
 # positives / negatives per game, written out from the table of bench/game.py's docstring
 TABLE = {"pretrain": ({(1, 0), (1, 1)}, {(0, 0), (0, 1)}), "adapt": ({(0, 1), (1, 1)}, {(0, 0), (1, 0)}),
          "joint/fresh": ({(0, 1)}, {(0, 0)}), "joint/seen": ({(1, 1)}, {(1, 0)}),
@@ -76,7 +76,9 @@ def test_unit_world_by_definition(unit_data):
         assert all(ch.unit_of(unit_data.targets[i].id) == u for i in units[u])
     # world sizes count units
     assert Counter(ch.unit_group(u) for u in drawn) == Counter(SIZES)
-    assert len(ch.target_texts()) == sum(len(units[u]) for u in drawn) > len(drawn)
+    null_units = set(ch.null_units())
+    assert len(null_units) == WORLD["n_null"] and not null_units & drawn
+    assert len(ch.target_texts()) == sum(len(units[u]) for u in drawn | null_units) > len(drawn)
     for name, (pos, neg) in TABLE.items():
         inst = ch.instance(GAMES[name])
         assert len(set(inst.record_ids)) == len(inst.targets) == len(inst.labels)
@@ -86,7 +88,7 @@ def test_unit_world_by_definition(unit_data):
         assert inst.n_pos == sum(SIZES[g] for g in pos) and inst.n_neg == sum(SIZES[g] for g in neg)
     null = ch.instance(GAMES["null"])
     assert inst.n_pos + inst.n_neg and null.n_pos == null.n_neg == 4
-    assert {ch.unit_group(u) for u in null.record_ids} == {(0, 0)}
+    assert set(null.record_ids) == null_units
     assert set(ids) >= set(ch._group)
 
 
@@ -218,10 +220,11 @@ def _world_digest(ch) -> str:
 
 def test_record_level_worlds_are_unchanged():
     """Digests of record-level worlds (pinned when the challenger began drawing units, re-pinned when the world
-    gained ``n_validation``, which enters the world key and the adaptation data): identical draws, ids, keys."""
+    gained ``n_validation``, which enters the world key and the adaptation data, and when game version 2 gave the
+    four groups equal sizes and the null game its own pool): identical draws, ids, keys."""
     data = make_task_data(n_targets=400, n_adapt=200)
     world = {"n_per_group": 20, "n_null": 40, "adapt_background": 10}
-    for seed, key, digest in ((0, "65427b9bbe675b3d", "b80567f696883dd8"), (3, "1dea37d223fdbd5f", "b468f521b18854d0")):
+    for seed, key, digest in ((0, "6ad3577af0ee927f", "2c81d090f6c50631"), (3, "ddaebb7a09c90356", "66b6375196da11b4")):
         ch = Challenger(data, world, seed=seed)
         assert ch.world_key == key and _world_digest(ch) == digest
         assert ch.sample_texts() == [] and all(t.samples == () for t in ch.instance(GAMES["adapt"]).targets)
@@ -230,7 +233,7 @@ def test_record_level_worlds_are_unchanged():
     ch = Challenger(known, world, seed=1)
     inst = {g: ([t.id for t in ch.instance(GAMES[g]).targets], ch.instance(GAMES[g]).labels.tolist()) for g in GAMES}
     assert content_hash(ch.world_key, sorted((r, list(g)) for r, g in ch._group.items()), inst,
-                        list(ch.adaptation_data().texts)) == "0d6eb3fdfb27b1cc"
+                        list(ch.adaptation_data().texts)) == "5d51412613b2ed6a"
 
 
 # ------------------------------------------------------------------------------------ scores
