@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 
 from bench.artifacts import adapted_key, pretrained_key, pretrains, reference_key, tokenizer_key
 from bench.device import score_bf16
-from bench.game import AdaptationData
 from bench.hashing import content_hash, text_hash
 from bench.lm import HFLanguageModel, SignalCache
 
@@ -186,7 +185,8 @@ def build_plan(runner, run_id: int | None = None) -> Plan:
                         for which, bkey, bjob in (("base", *thetas[di][:2]), ("reference", ref_key, k_ref)):
                             for i, texts in enumerate(split["shadow"]):
                                 shadow_deps.setdefault(di, []).append(job(
-                                    adapted_key(spec, bkey, d.instance, AdaptationData(texts), 10_000 + i),
+                                    adapted_key(spec, bkey, d.instance, runner.shadow_data(data, texts, d.instance),
+                                                10_000 + i),
                                     "shadow", f"shadow {i} of {which} ({d.label}, {w})", (bjob,), di=di,
                                     which=which, i=i, **common))
                 adaptation = ch.adaptation_data()

@@ -321,23 +321,50 @@ class Runner:
     def _shadow_base(self, ti: int, mi: int, seed: int, which: str, di: int | None = None):
         return self._theta(ti, mi, seed, di) if which == "base" else self._reference_base(ti, mi)
 
+    def shadow_data(self, data, texts: tuple[str, ...], defense) -> AdaptationData:
+        """What the attacker hands its shadow of ``defense``: its population slice ``texts``, with the data-owner facts
+        the recipe reads, built from the attacker's own data as the data owner builds them for D.
+
+        A recipe that validates (early stopping) gets the slice's last fifth as held-back validation records and
+        trains on the rest; on user tasks every text has its owner (``TaskData.population_owners``; each record its
+        own owner where a task names none); on secret tasks the secrets each text carries and their (p_j, r_j).
+        ``AdaptationData.texts`` is what the shadow trained on: the members the attacker knows.
+        """
+        train, validation = tuple(texts), None
+        if getattr(defense, "uses_validation", False):
+            n_val = max(1, len(texts) // 5)
+            train, validation = tuple(texts[:-n_val]), tuple(texts[-n_val:])
+        users = secrets = secret_targets = None
+        if data.unit == "user":
+            owner = dict(zip(data.population, data.population_owners or ()))
+            users = tuple(content_hash("shadow-owner", owner.get(t, f"record:{i}"), length=12)
+                          for i, t in enumerate(train))
+        elif data.unit == "secret":
+            from bench.units import secrets_of
+            per_text, secret_targets = secrets_of(data, train)
+            secrets = tuple(per_text)
+        return AdaptationData(train, users=users, secrets=secrets, secret_targets=secret_targets,
+                              validation=validation)
+
     def _shadow_model(self, ti: int, mi: int, seed: int, di: int, which: str, i: int):
         """Shadow i: the defense's public recipe applied by the attacker to its own population slice i."""
         spec, d = self.suite.models[mi], self._defense(ti, mi, seed, di)
-        texts = self._population_split(self._data(ti))["shadow"][i]
+        data = self._data(ti)
+        texts = self._population_split(data)["shadow"][i]
         return self._once(("shadow", ti, mi, seed, di, which, i), lambda: ensure_adapted(
-            self.cache, spec, self._shadow_base(ti, mi, seed, which, di), d.instance, AdaptationData(texts), 10_000 + i,
-            self.device, progress=not self.quiet))
+            self.cache, spec, self._shadow_base(ti, mi, seed, which, di), d.instance,
+            self.shadow_data(data, texts, d.instance), 10_000 + i, self.device, progress=not self.quiet))
 
     def _shadows(self, ti: int, mi: int, seed: int, di: int, which: str, label: str) -> ShadowSet:
         """Shadow models: the defense's public recipe applied by the attacker to its own population slices."""
-        spec = self.suite.models[mi]
-        split = self._population_split(self._data(ti))
+        spec, d = self.suite.models[mi], self._defense(ti, mi, seed, di)
+        data = self._data(ti)
+        split = self._population_split(data)
         models, members = [], []
         for i, texts in enumerate(split["shadow"]):
             path, key, _ = self._shadow_model(ti, mi, seed, di, which, i)
             models.append(self._lm_from(path, key, spec, self.device))
-            members.append(texts)
+            members.append(self.shadow_data(data, texts, d.instance).texts)
         return ShadowSet(tuple(models), tuple(members), split["z"], label)
 
     def _shadow_sets(self, ti: int, mi: int, seed: int, di: int) -> dict[str, ShadowSet] | None:

@@ -39,6 +39,9 @@ class TaskData:
     public_format: dict[str, Any] | None = None
     #: owner (user id) of each ``adapt`` record, aligned with it, for user-stratified tasks; challenger-only
     adapt_owners: tuple[str, ...] | None = None
+    #: owner of each ``population`` record, aligned with it, for user-stratified tasks: what an attacker knows of
+    #: its own data when it trains shadow models of a recipe that reads owners (per-user limits)
+    population_owners: tuple[str, ...] | None = None
 
 
 class Task(Plugin):

@@ -289,7 +289,7 @@ class SyntheticUsers(Task):
     description = ("User-stratified corpus (source 002): Faker users with a fixed greeting, signature and personal "
                    "phrases writing about a user-specific topic (real mini_pile records); unit = user, 10% of each "
                    "target user's documents are the attacker's samples; optional canary users sharing a substring.")
-    version = "0.1.0"
+    version = "0.2.0"
     params = (
         Param("n_users", int, 300, "synthetic users in all (targets + adaptation background + population)", low=4),
         Param("adapt_fraction", float, 0.2, "share of the users whose documents are the adaptation background D",
@@ -396,10 +396,14 @@ class SyntheticUsers(Task):
         targets: list[TargetRecord] = []
         meta: dict[str, dict[str, Any]] = {}
         user_samples: dict[str, list[str]] = {}
+
+        def set_aside(u: dict[str, Any], docs: list[str]) -> set[int]:
+            k = min(len(docs) - 1, max(1, int(round(self.attacker_fraction * len(docs)))))
+            return set(_rng("attacker", self.seed, u["user"]).choice(len(docs), size=k, replace=False).tolist())
+
         for u in target_users:
             docs = docs_of(u)
-            k = min(len(docs) - 1, max(1, int(round(self.attacker_fraction * len(docs)))))
-            aside = set(_rng("attacker", self.seed, u["user"]).choice(len(docs), size=k, replace=False).tolist())
+            aside = set_aside(u, docs)
             user_samples[u["user"]] = [d for j, d in enumerate(docs) if j in aside]
             for j, d in enumerate(docs):
                 if j in aside:
@@ -409,12 +413,17 @@ class SyntheticUsers(Task):
                 meta[rid] = {"user": u["user"], "canary": "canary" in u}
                 if "canary" in u:
                     meta[rid]["canary_substring"] = u["canary"]
-        adapt_docs = [(d, u["user"]) for u in adapt_users for d in docs_of(u)]
+        # background users lose the same share of their documents as target users do (set aside, then unused),
+        # so an owner's number of records in D says nothing about whether it is a target user
+        adapt_docs = [(d, u["user"]) for u in adapt_users
+                      for docs in (docs_of(u),) for aside in (set_aside(u, docs),)
+                      for j, d in enumerate(docs) if j not in aside]
         adapt = tuple(d for d, _ in adapt_docs)
-        population = [t for i, t in enumerate(base.population) if i not in used_pop]
-        population += [d for u in pop_users for d in docs_of(u)]
-        mix = _rng("population-order", self.seed).permutation(len(population)).tolist()
-        population = tuple(population[i] for i in mix)
+        pop_docs = [(t, f"record:{i}") for i, t in enumerate(base.population) if i not in used_pop]
+        pop_docs += [(d, u["user"]) for u in pop_users for d in docs_of(u)]
+        mix = _rng("population-order", self.seed).permutation(len(pop_docs)).tolist()
+        population = tuple(pop_docs[i][0] for i in mix)
+        population_owners = tuple(pop_docs[i][1] for i in mix)
         public_format = {
             "kind": "users", "unit": "user", "attacker_fraction": self.attacker_fraction,
             "document": "greeting / body (mini_pile text) / personal phrase / sign-off / signature",
@@ -446,5 +455,5 @@ class SyntheticUsers(Task):
             name=self.name, pretrain=base.pretrain, heldout=base.heldout, population=population, adapt=adapt,
             targets=tuple(targets), fingerprint=fingerprint, sources=tuple(base.sources) + (synthetic,),
             stats=stats, relation="ood", unit="user", target_meta=meta, public_format=public_format,
-            adapt_owners=tuple(u for _, u in adapt_docs),
+            adapt_owners=tuple(u for _, u in adapt_docs), population_owners=population_owners,
         )

@@ -294,3 +294,40 @@ def test_docs_name_every_in_process_channel():
     docs = (Path(__file__).resolve().parents[1] / "docs" / "attacks.md").read_text()
     for phrase in ("fresh instance", "class or module level", "--secret-draw"):
         assert phrase in docs, phrase
+
+
+# ------------------------------------------------------------------------------ shadows get what a recipe reads
+
+def test_shadow_data_gives_each_recipe_what_it_reads():
+    """RMIA's shadows apply the defense's own recipe to attacker data: a recipe that validates, limits users or
+    protects secrets must get held-back records, owners or secrets built from the population, as D has them."""
+    import dataclasses
+
+    from bench.runner import Runner
+    from defenses.finetune import FineTune
+    from defenses.mitigations import EarlyStop
+    data = make_task_data(n_targets=40, n_population=60, seed=8)
+    texts = tuple(data.population[:20])
+    plain = Runner.shadow_data(None, data, texts, FineTune())
+    assert plain.texts == texts and plain.validation is None and plain.users is None
+    es = Runner.shadow_data(None, data, texts, EarlyStop())
+    assert es.texts == texts[:16] and es.validation == texts[16:]     # trained on 4/5, validated on the rest
+    owners = tuple(f"u{i % 7}" for i in range(len(data.population)))
+    users = dataclasses.replace(data, unit="user", population_owners=owners)
+    got = Runner.shadow_data(None, users, texts, FineTune()).users
+    same = [got[i] == got[j] for i in range(20) for j in range(20)]
+    assert same == [owners[i] == owners[j] for i in range(20) for j in range(20)]   # owners kept, pseudonymised
+    assert not set(got) & set(owners)
+
+
+def test_rmia_runs_against_a_defense_that_validates(cache, tmp_path):
+    from bench.runner import Runner
+    from bench.store import Store
+    from bench.suite import parse_suite
+    from tests.test_runner import TINY
+
+    store = Store(str(tmp_path / "r.db"))
+    raw = dict(TINY, defenses=[{"name": "early_stop", "params": {"epochs": 1}}], attacks=["rmia"], games=["adapt"],
+               reference=True, shadows={"n": 2, "records": 20, "n_population": 40})
+    result = Runner(parse_suite(raw), store, cache, quiet=True).run()
+    assert result.status == "complete" and result.new_evaluations == 1
