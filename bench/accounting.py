@@ -13,11 +13,16 @@ accountant side only, so it can be tested without training anything:
   (Gopi, Lee, Wutschitz 2021); each result, or the error text of the one that
   failed, is recorded.
 * :class:`DPLedger` is what a DP defense reports as its guarantee.
+* :func:`group_privacy` and :func:`largest_group` turn the per-record (ε, δ) into the
+  guarantee of the largest group of records that a membership game treats as one
+  unit (a user's records, the records carrying one secret, a text repeated r times).
 """
 
 from __future__ import annotations
 
 import math
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 from bench.errors import ConfigError
@@ -94,6 +99,61 @@ def noise_for_epsilon(target_eps: float, delta: float, sample_rate: float, steps
         raise ConfigError(f"DP accounting: no noise multiplier reaches epsilon {target_eps} at delta {delta} "
                           f"with sample rate {sample_rate:.4g} over {steps} steps ({exc}): "
                           f"raise epsilon, lower the sample rate or train fewer steps") from None
+
+
+GROUP_BY = ("user", "secret", "identical text")
+
+
+def group_privacy(epsilon: float, delta: float, k: int) -> tuple[float, float]:
+    """(ε_k, δ_k) for a group of ``k`` records of an (ε, δ)-DP mechanism: ε_k = k·ε, δ_k = k·e^{(k−1)ε}·δ.
+
+    Why: DP-SGD accounts one record, but a user, a secret or a repeated canary is k records, and the
+    attacker's game is about the whole group. Chaining the (ε, δ) inequality along k neighbouring datasets
+    gives Pr[M(D) ∈ S] ≤ e^{kε} Pr[M(D') ∈ S] + δ·Σ_{i<k} e^{iε}; each of the k terms of the sum is at most
+    e^{(k−1)ε}, which is the closed form used here (Dwork & Roth 2014, Theorem 2.2, is the pure ε case).
+    δ_k can exceed 1: then the bound says nothing about that group. It is inf when e^{(k−1)ε} overflows.
+
+    A slightly negative ε (Opacus' RDP → (ε, δ) conversion, Balle et al. 2020, returns one under very large
+    noise) is raised to 0 first: (ε, δ)-DP implies (0, δ)-DP then, and the closed form needs ε ≥ 0.
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"group privacy: group size {k!r} must be an integer >= 1: count the records of the group")
+    if math.isnan(epsilon):
+        raise ConfigError("group privacy: epsilon is NaN: pass the per-record epsilon of the accountant")
+    if not 0.0 <= delta < 1.0:
+        raise ConfigError(f"group privacy: delta {delta!r} must be in [0, 1): pass the per-record delta")
+    epsilon = max(float(epsilon), 0.0)
+    if k == 1:
+        return epsilon, float(delta)
+    if delta == 0.0:
+        return k * float(epsilon), 0.0
+    log_delta_k = math.log(k) + (k - 1) * epsilon + math.log(delta)
+    return k * float(epsilon), (math.exp(log_delta_k) if log_delta_k < 709.0 else math.inf)
+
+
+def largest_group(texts: Sequence[str], users: Sequence[str] | None = None,
+                  secrets: Sequence[Sequence[str]] | None = None) -> tuple[int, str]:
+    """Size k of the largest group of records that one membership unit spans, and what groups them.
+
+    Why: the defense sees only its own data, so it bounds the unit it can see: the most records of one
+    owner when ``users`` is given (user-level games), else the most records carrying one secret when
+    ``secrets`` is given and some record carries one (secret-level games), else the largest multiplicity of
+    one identical text (a canary inserted r times is r records). ``users`` and ``secrets`` are aligned with
+    ``texts``; a record that names a secret twice counts once for it.
+    """
+    if not texts:
+        raise ConfigError("group privacy: no records: the group size of empty training data is undefined")
+    for name, aligned in (("users", users), ("secrets", secrets)):
+        if aligned is not None and len(aligned) != len(texts):
+            raise ConfigError(f"group privacy: {len(aligned)} {name} for {len(texts)} texts: align them with "
+                              f"the texts (one entry per text)")
+    if users is not None:
+        return max(Counter(users).values()), "user"
+    if secrets is not None:
+        carried = Counter(s for per_text in secrets for s in set(per_text))
+        if carried:
+            return max(carried.values()), "secret"
+    return max(Counter(texts).values()), "identical text"
 
 
 @dataclass

@@ -1,10 +1,11 @@
-"""Differentially private adaptation (DP-SGD with Adam, Opacus), after source 004 section 3 and appendix B.2.
+"""Differentially private adaptation (DP-SGD with Adam, Opacus), after Marek et al. (2026, "Benchmarking
+Empirical Privacy Protection for Adaptations of Large Language Models"), section 3 and appendix B.2.
 
-One defense, ``dp_adapt``, with the four adaptation methods of 004:
+One defense, ``dp_adapt``, with the four adaptation methods of Marek et al. (2026):
 
 * ``full``   – every weight trains (Li et al., 2022).
 * ``head``   – only the output embedding (``model.get_output_embeddings()``;
-  GPT-NeoX calls it ``embed_out`` / ``lm_head``) trains: 004's "last layer".
+  GPT-NeoX calls it ``embed_out`` / ``lm_head``) trains: Marek et al.'s "last layer".
 * ``lora``   – peft LoRA, r = 8, alpha = 16, merged into the weights at release.
 * ``prefix`` – prefix tuning (Li & Liang 2021) through peft: trainable key/value
   vectors prepended at every layer. A prefix cannot be merged into GPT-NeoX
@@ -18,13 +19,24 @@ adds N(0, (σ·clip)²) noise to the sum and divides by the expected batch size;
 Adam(W) then uses that noisy gradient. σ is calibrated so that the RDP accountant
 (or PRV, ``accountant: prv``) gives ε ≤ ``epsilon`` at δ after all steps; the
 ledger recomputes ε with both accountants. The unit of privacy is one adaptation
-record (a text, truncated to ``chunk_length`` tokens), i.e. 004's sentence-level
-DP where each record is one chunk. The loss of a record is its own mean token
-loss, so no record's gradient depends on another record (a token-mean over the
-whole batch, as Hugging Face computes it, would couple records).
+record (a text, truncated to ``chunk_length`` tokens), i.e. Marek et al.'s
+sentence-level DP where each record is one chunk. The loss of a record is its own
+mean token loss, so no record's gradient depends on another record (a token-mean
+over the whole batch, as Hugging Face computes it, would couple records). δ defaults to
+1/(2n) for n records, as Li et al. (2022) use.
+
+Membership games whose unit spans several records (a user's records, the records
+carrying one secret, a canary inserted r times) get the group-privacy bound of
+the largest such group in the defense's own data (``bench.accounting.group_privacy``:
+ε_k = k·ε, δ_k = k·e^{(k−1)ε}·δ), reported next to the per-record ε.
 
 ``epsilon: inf`` is the non-private run of the same method: the same Poisson
-batches, steps, optimizer and loss, with neither clipping nor noise.
+batches, steps, optimizer and loss, with neither clipping nor noise. The batches
+are the same because every path samples from one generator seeded with the run's
+seed: the plain loader carries it, and Opacus' ``make_private(poisson_sampling=True)``
+rebuilds the loader with ``DPDataLoader.from_data_loader``, which (secure_mode off,
+so its own generator is None) takes the plain loader's generator; the vmap and
+ε = ∞ paths pass it to ``DPDataLoader.from_data_loader`` directly (tested).
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ from typing import Any
 
 import torch
 
-from bench.accounting import DPLedger, noise_for_epsilon
+from bench.accounting import DPLedger, group_privacy, largest_group, noise_for_epsilon
 from bench.defense import Defense, TrainContext
 from bench.errors import ConfigError
 from bench.params import Param
@@ -44,7 +56,7 @@ from bench.registry import register_defense
 from bench.release import Release, register_release
 
 METHODS = ("full", "head", "lora", "prefix")
-EPSILON_GRID = (0.1, 0.5, 1.0, 3.0, 8.0, math.inf)  # 004's privacy regimes
+EPSILON_GRID = (0.1, 0.5, 1.0, 3.0, 8.0, math.inf)  # the privacy regimes of Marek et al. (2026)
 DEFAULT_LR = {"full": 1e-3, "head": 1e-3, "lora": 3e-3, "prefix": 1e-2}
 LORA_TARGETS = ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]
 
@@ -64,10 +76,10 @@ PARAMS = (
           choices=METHODS),
     _EpsilonParam("epsilon", float, 8.0, "target epsilon of (epsilon, delta)-DP; inf = the same method without DP",
                   low=0.0, low_inclusive=False),
-    Param("delta", float, None, "delta of (epsilon, delta)-DP; null = 1 / number of records", low=0.0,
-          low_inclusive=False, high=1.0, high_inclusive=False, nullable=True),
-    Param("clip", float, 0.1, "per-record L2 clipping norm (0.1 as in 004, after Li et al. 2022)", low=0.0,
-          low_inclusive=False),
+    Param("delta", float, None, "delta of (epsilon, delta)-DP; null = 1 / (2 x number of records), as Li et al. "
+          "2022", low=0.0, low_inclusive=False, high=1.0, high_inclusive=False, nullable=True),
+    Param("clip", float, 0.1, "per-record L2 clipping norm (0.1 as Marek et al. 2026, after Li et al. 2022)",
+          low=0.0, low_inclusive=False),
     Param("noise_multiplier", float, None, "noise std / clip; null = calibrated to epsilon (give it to override)",
           low=0.0, nullable=True),
     Param("accountant", str, "rdp", "accountant that calibrates the noise (both are recorded)",
@@ -79,11 +91,11 @@ PARAMS = (
     Param("batch_size", int, 16, "expected records per step under Poisson sampling", low=1),
     Param("chunk_length", int, 128, "tokens per record (longer records are truncated)", low=8),
     Param("weight_decay", float, 0.0, "AdamW weight decay (0 = Hugging Face's default)", low=0.0),
-    Param("r", int, 8, "LoRA rank (004: 8)", low=1),
-    Param("alpha", int, 16, "LoRA alpha (004: 16)", low=1),
+    Param("r", int, 8, "LoRA rank (Marek et al. 2026: 8)", low=1),
+    Param("alpha", int, 16, "LoRA alpha (Marek et al. 2026: 16)", low=1),
     Param("target_modules", list, LORA_TARGETS, "modules that get LoRA adapters", item_type=str),
-    Param("prefix_length", int, 32, "prefix tuning: virtual tokens (004 uses 64 with 256-token chunks; 32 keeps "
-          "that prefix-to-chunk ratio of 1/4 for the 128-token chunks of the tiny models)", low=1),
+    Param("prefix_length", int, 32, "prefix tuning: virtual tokens (Marek et al. 2026 use 64 with 256-token "
+          "chunks; 32 keeps that prefix-to-chunk ratio of 1/4 for the 128-token chunks of the tiny models)", low=1),
     Param("grad_sample_mode", str, "hooks", "per-record gradients: Opacus hooks or functorch, or one torch.func "
           "vmap over the whole model (with Opacus' DPOptimizer and accountant)",
           choices=("hooks", "functorch", "vmap")),
@@ -134,6 +146,14 @@ def record_losses(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -
     return (lp * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
+def trained_records(seqs: list[list[int]]) -> list[int]:
+    """Indices of the records DP-SGD trains on: those with 2 or more tokens (a shorter one has no target).
+
+    The DP unit and the record count n (hence the default δ and the group sizes) are over these records only.
+    """
+    return [i for i, s in enumerate(seqs) if len(s) >= 2]
+
+
 # ------------------------------------------------------------------------------------------ training
 def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsilon: float, delta: float | None,
              clip: float, epochs: float, lr: float, batch_size: int, seed: int, weight_decay: float = 0.0,
@@ -142,13 +162,14 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
     """Train the parameters of ``model`` that require grad with DP-SGD + AdamW; returns the report.
 
     ``epsilon = inf`` (and no ``noise_multiplier``) trains on the same Poisson batches without
-    clipping or noise. The report has ``ledger`` (a :class:`DPLedger` dict, or None when non-private)
-    and the step timing.
+    clipping or noise: every path draws them from ``gen`` (see the module docstring). ``delta = None``
+    means 1/(2n) for the n records trained on (Li et al. 2022). The report has ``ledger`` (a
+    :class:`DPLedger` dict, or None when non-private) and the step timing.
     """
     from opacus import PrivacyEngine
     from opacus.data_loader import DPDataLoader
 
-    seqs = [list(s) for s in seqs if len(s) >= 2]
+    seqs = [list(seqs[i]) for i in trained_records(seqs)]
     if not seqs:
         raise ConfigError(f"{desc}: no training record has 2 or more tokens: check the adaptation data")
     device = device or next(model.parameters()).device
@@ -164,7 +185,7 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                                          generator=gen)
     sample_rate = 1.0 / len(loader)  # Opacus' definition: q = 1 / batches per epoch, about batch_size / n
     steps = max(1, int(round(epochs / sample_rate)))
-    delta = float(delta) if delta is not None else 1.0 / n
+    delta = float(delta) if delta is not None else 1.0 / (2 * n)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)  # HF defaults: betas (0.9, 0.999), eps 1e-8
     torch.manual_seed(seed)
     model.train()  # Opacus needs training mode before make_private (offline-facts)
@@ -185,6 +206,8 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                                     expected_batch_size=int(n * sample_rate), generator=noise_gen,
                                     accountant=accountant_obj, sample_rate=sample_rate)
         else:
+            # Opacus rebuilds ``loader`` as a DPDataLoader whose sampler uses ``loader.generator`` (= gen):
+            # the same Poisson batches as the vmap and epsilon = inf paths below
             engine = PrivacyEngine(accountant="rdp")
             hooks, opt, loader = engine.make_private(
                 module=model, optimizer=opt, data_loader=loader, noise_multiplier=sigma, max_grad_norm=clip,
@@ -427,6 +450,8 @@ class DPAdapt(Defense):
                    "(epsilon, delta) accounted by RDP and PRV; "
                    "epsilon: inf trains the same method without DP.")
     params = PARAMS
+    #: 0.2.0: default delta 1/(2n) (was 1/n); the guarantee names its unit and adds the group-privacy bound
+    version = "0.2.0"
     #: other modules whose code decides the adapted artifact (part of ensure_adapted's cache key)
     code_modules = ("bench.accounting",)
 
@@ -434,6 +459,7 @@ class DPAdapt(Defense):
         super().__init__(**params)
         self._ledger: DPLedger | None = None
         self._report: dict = {}
+        self._group: tuple[int, str] | None = None  # (k, group_by) of the last adaptation's data
 
     @property
     def private(self) -> bool:
@@ -449,6 +475,11 @@ class DPAdapt(Defense):
     def adapt(self, model, data, ctx: TrainContext):
         desc = f"adapt: dp_adapt {self.method} eps={self.epsilon}"
         seqs = ctx.encode(data.texts, self.chunk_length)
+        kept = trained_records(seqs)  # the group sizes count only records that are trained on
+        self._group = largest_group(
+            [data.texts[i] for i in kept],
+            users=[data.users[i] for i in kept] if data.users is not None else None,
+            secrets=[data.secrets[i] for i in kept] if data.secrets is not None else None) if kept else None
         total = sum(p.numel() for p in model.parameters())
         if self.method == "full":
             for p in model.parameters():
@@ -493,7 +524,10 @@ class DPAdapt(Defense):
         return out
 
     def guarantee(self) -> dict[str, Any] | None:
-        base = {"name": "epsilon", "method": self.method, "clip": self.clip,
+        """(ε, δ) per adaptation record (``unit: record``), and for the largest group of records that one
+        user, secret or repeated text spans in the training data, the group-privacy bound (``group_*``): the
+        record-level ε alone would understate what user-, secret- and repeated-canary games face."""
+        base = {"name": "epsilon", "method": self.method, "clip": self.clip, "unit": "record",
                 "epsilon_target": self.epsilon if math.isfinite(self.epsilon) else "inf"}
         if self._ledger is None:
             if not self._report:
@@ -501,7 +535,12 @@ class DPAdapt(Defense):
             return {**base, "value": math.inf, "delta": None, "accountant": None,
                     "note": "non-private run (epsilon: inf): no DP guarantee"}
         led = self._ledger
-        return {**base, **led.to_dict(), "value": led.epsilon, "delta": led.delta, "accountant": led.accountant}
+        out = {**base, **led.to_dict(), "value": led.epsilon, "delta": led.delta, "accountant": led.accountant}
+        if math.isfinite(led.epsilon) and self._group is not None:
+            k, by = self._group
+            eps_k, delta_k = group_privacy(led.epsilon, led.delta, k)
+            out.update(group_k=k, group_by=by, group_epsilon=eps_k, group_delta=delta_k)
+        return out
 
 
 # ------------------------------------------------------------------------------------------ step cost

@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 import torch
 
-from bench.accounting import DPLedger, epsilon_for, epsilon_with, noise_for_epsilon
+from bench.accounting import (
+    DPLedger, epsilon_for, epsilon_with, group_privacy, largest_group, noise_for_epsilon,
+)
 from bench.defense import TrainContext
 from bench.errors import ConfigError
 from bench.game import AdaptationData
 from tiny_training import one_thread, tiny_model, tiny_world, word_texts
+import defenses.dp as dp_module
 from defenses.dp import DPAdapt, LORA_TARGETS, _Collate, _VmapDP, dp_train, record_losses, train_prefix
 
 DELTA = 1e-5
@@ -96,6 +99,39 @@ def test_noise_for_epsilon_prv_and_errors():
     assert epsilon_with("rdp", 0.0, q, steps, delta) == math.inf
 
 
+def test_group_privacy_matches_hand_computation():
+    # k = 3, eps = 0.5, delta = 1e-5: eps_3 = 3 * 0.5 = 1.5; delta_3 = 3 * e^(2 * 0.5) * 1e-5 = 3 * 2.718281828 * 1e-5
+    eps3, delta3 = group_privacy(0.5, 1e-5, 3)
+    assert eps3 == pytest.approx(1.5) and delta3 == pytest.approx(8.154845e-5, rel=1e-6)
+    # a valid bound: never below the chained sum delta * (1 + e^eps + e^2eps) it relaxes
+    chained = 1e-5 * (1 + math.exp(0.5) + math.exp(1.0))
+    assert chained < delta3
+    assert group_privacy(2.0, 1e-6, 1) == (2.0, 1e-6)  # a group of one record is the record-level guarantee
+    e_big, d_big = group_privacy(8.0, 1e-5, 200)  # e^(199 * 8) overflows a float: reported as inf, not an error
+    assert e_big == pytest.approx(1600.0) and d_big == math.inf
+    assert group_privacy(0.0, 1e-5, 4) == (0.0, pytest.approx(4e-5))
+    # a negative eps from the accountant (huge noise) counts as 0: the closed form needs eps >= 0
+    assert group_privacy(-0.01, 1e-2, 3) == (0.0, pytest.approx(3e-2))
+    for bad in ((1.0, 1e-5, 0), (1.0, 1e-5, 2.5), (1.0, 1.0, 2), (float("nan"), 1e-5, 2)):
+        with pytest.raises(ConfigError):
+            group_privacy(*bad)
+
+
+def test_largest_group_counts_users_secrets_and_repeats():
+    texts = ["a", "b", "c", "a", "d", "a"]
+    assert largest_group(texts) == (3, "identical text")  # "a" three times: a canary inserted 3 times
+    assert largest_group(["a", "b"]) == (1, "identical text")
+    users = ["u1", "u2", "u2", "u1", "u2", "u2"]
+    assert largest_group(texts, users=users) == (4, "user")
+    secrets = [("s1",), ("s1", "s2"), (), ("s2", "s2"), ("s2",), ()]  # a secret named twice in one record counts once
+    assert largest_group(texts, secrets=secrets) == (3, "secret")
+    assert largest_group(texts, secrets=[()] * 6) == (3, "identical text")  # no record carries a secret
+    with pytest.raises(ConfigError):
+        largest_group(texts, users=users[:-1])
+    with pytest.raises(ConfigError):
+        largest_group([])
+
+
 # ----------------------------------------------------------------------------------- training
 _texts = word_texts
 _model = tiny_model
@@ -148,7 +184,11 @@ def _check_guarantee(d, target):
     assert g["value"] == pytest.approx(g["eps_rdp"]) and g["eps_prv"] is not None and g["eps_prv"] <= g["eps_rdp"]
     rep = d.training_report()
     n = rep["train"]["n_records"]
-    assert g["delta"] == pytest.approx(1 / n) and g["clip"] == 0.1 and g["poisson"] is True
+    assert g["delta"] == pytest.approx(1 / (2 * n)) and g["clip"] == 0.1 and g["poisson"] is True
+    assert g["unit"] == "record"
+    # the world's 48 sentences are distinct, no users or secrets: the largest group is one record, the bound is eps
+    assert (g["group_k"], g["group_by"]) == (1, "identical text")
+    assert g["group_epsilon"] == g["value"] and g["group_delta"] == g["delta"]
     assert g["sigma"] > 0 and g["steps"] == rep["train"]["steps"] == round(1.0 / g["sample_rate"])
     assert g["sample_rate"] == pytest.approx(1 / 6) and g["batch"] == pytest.approx(8)  # 48 records, batch 8
     assert rep["ledger"]["eps_rdp"] == g["eps_rdp"] and rep["train"]["step_seconds_mean"] > 0
@@ -194,6 +234,71 @@ def test_epsilon_inf_is_the_non_private_run(world, tmp_path):
     assert _changed(before, _state(out))
     _check_release(world, out, tmp_path)
     assert DPAdapt(epsilon=".inf").epsilon == math.inf and DPAdapt().guarantee() is None
+    assert g["unit"] == "record" and not any(k.startswith("group_") for k in g)  # no DP, so no group bound
+
+
+def _adapt_on(world, data: AdaptationData, **params):
+    d = DPAdapt(**{"method": "head", "epsilon": 3.0, "epochs": 1.0, "batch_size": 8, "chunk_length": 64, **params})
+    d.adapt(_model(world), data, world["ctx"])
+    return d.guarantee()
+
+
+@pytest.mark.parametrize("kind", ["user", "secret", "identical text"])
+def test_guarantee_reports_group_privacy_of_the_largest_group(world, kind):
+    texts = list(world["data"].texts)
+    assert len(set(texts)) == len(texts)  # distinct: the groups below are the only ones
+    users = secrets = None
+    if kind == "user":  # user u0 owns 6 records (every 9th), everyone else one
+        users = tuple("u0" if i % 9 == 0 else f"u{i}" for i in range(len(texts)))
+        k = 6
+    elif kind == "secret":  # secret s owned by 4 records, t by 2
+        secrets = tuple(("s",) if i < 4 else ("t",) if i < 6 else () for i in range(len(texts)))
+        k = 4
+    else:  # a canary inserted 7 times
+        texts = texts[:-6] + [texts[0]] * 6
+        k = 7
+    g = _adapt_on(world, AdaptationData(tuple(texts), users=users, secrets=secrets))
+    eps, delta = g["value"], g["delta"]
+    assert g["unit"] == "record" and g["group_by"] == kind and g["group_k"] == k
+    assert delta == pytest.approx(1 / (2 * len(texts)))
+    assert g["group_epsilon"] == pytest.approx(k * eps) and g["group_epsilon"] > eps
+    assert g["group_delta"] == pytest.approx(k * math.exp((k - 1) * eps) * delta) and g["group_delta"] > delta
+
+
+def _recorded_batches(monkeypatch, world, **kw) -> tuple[list[list[int]], dict]:
+    """Record indices the training loop fetches, batch by batch, for one dp_train run on the head."""
+    log: list[list[int]] = []
+
+    class Recorded(dp_module._Records):
+        def __getitems__(self, idx):  # DataLoader fetches a whole (possibly empty) batch through this
+            log.append(list(idx))
+            return [self.seqs[i] for i in idx]
+
+    monkeypatch.setattr(dp_module, "_Records", Recorded)
+    model = _model(world)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    model.get_output_embeddings().weight.requires_grad_(True)
+    seqs = world["ctx"].encode(world["data"].texts, 64)
+    rep = dp_train(model, seqs, pad_id=world["ctx"].pad_id, delta=None, clip=0.1, epochs=1.5, lr=1e-3,
+                   batch_size=8, **kw)
+    assert len(log) >= rep["steps"]  # the loop may fetch one batch past the last step
+    return log[: rep["steps"]], rep
+
+
+def test_private_and_non_private_paths_train_on_the_same_poisson_batches(monkeypatch, world):
+    """Opacus' make_private rebuilds the loader (hooks path); epsilon = inf and vmap build theirs directly.
+    All must draw the same Poisson batches from the run's seed, so epsilon = inf differs from DP only by
+    clipping and noise."""
+    hooks, rep = _recorded_batches(monkeypatch, world, seed=3, epsilon=8.0, grad_sample_mode="hooks")
+    vmap, _ = _recorded_batches(monkeypatch, world, seed=3, epsilon=8.0, grad_sample_mode="vmap")
+    inf, rep_inf = _recorded_batches(monkeypatch, world, seed=3, epsilon=math.inf)
+    assert rep["private"] and not rep_inf["private"] and rep["steps"] == rep_inf["steps"] == 9
+    assert hooks == vmap == inf
+    sizes = [len(b) for b in hooks]
+    assert len(set(sizes)) > 1 and all(len(set(b)) == len(b) for b in hooks)  # Poisson: sizes vary, no repeats
+    other, _ = _recorded_batches(monkeypatch, world, seed=4, epsilon=math.inf)
+    assert other != inf  # the batches follow the seed (the recording is not vacuous)
 
 
 def _delta(world, seed=0, **params) -> torch.Tensor:
@@ -232,7 +337,7 @@ def test_poisson_sampling_and_opacus_account(world):
     rep = dp_train(model, seqs, pad_id=world["ctx"].pad_id, epsilon=8.0, delta=None, clip=0.1, epochs=2.0, lr=1e-3,
                    batch_size=8, seed=3)
     led = rep["ledger"]
-    assert led["steps"] == 12 and led["sample_rate"] == pytest.approx(1 / 6) and led["delta"] == pytest.approx(1 / 48)
+    assert led["steps"] == 12 and led["sample_rate"] == pytest.approx(1 / 6) and led["delta"] == pytest.approx(1 / 96)
     assert led["eps_rdp"] <= 8.0 and led["target_epsilon"] == 8.0 and led["accountant"] == "rdp"
     # Poisson batches vary in size: over 12 steps the token count is not 12 fixed batches' worth
     assert rep["tokens"] > 0
