@@ -42,6 +42,11 @@ class TaskData:
     #: owner of each ``population`` record, aligned with it, for user-stratified tasks: what an attacker knows of
     #: its own data when it trains shadow models of a recipe that reads owners (per-user limits)
     population_owners: tuple[str, ...] | None = None
+    #: every secret the task inserted (secret-bearing tasks), target and non-target alike: secret string ->
+    #: {"secret_id", "p", "r", "n_records", "kind", "partition"}. Challenger-only: the defender gets the entries of
+    #: the secrets in its own texts (tasks.secrets.defender_secrets), the attacker only the target secrets'
+    #: public spec (public_format["secrets"])
+    secret_spec: dict[str, dict[str, Any]] | None = None
 
 
 class Task(Plugin):

@@ -195,10 +195,14 @@ def owners_of(data: TaskData, world_key: str, n_background: int, target_units: S
 
 
 def secrets_of(data: TaskData, texts: Sequence[str]) -> tuple[list[tuple[str, ...]], dict[str, tuple[float, float]]]:
-    """The secrets each text carries (by secret id) and each carried secret's (p_j, r_j) (source 001).
+    """The secrets each text carries (by secret id) and each carried secret's (p_j, r_j) (Ganesh et al. 2025).
 
-    Computed with :func:`tasks.secrets.defender_secrets` from the texts the defense already holds, so it
-    tells the defense only what the data owner knows about its own data (001, section 3).
+    Computed with :func:`tasks.secrets.defender_secrets` from the texts the defense already holds and the
+    challenger-only ``data.secret_spec``, so it tells the defense only what the data owner knows about its own
+    data (Ganesh et al. 2025, section 3): every secret in it, target and background alike. On the ``secrets``
+    task every adaptation record carries one, so a secret in a text does not mark the text as a target. The
+    runner calls it on the attacker's population slices too, to hand a shadow of a secret-aware recipe
+    (Hush) the attacker's own secrets.
     """
     from tasks.secrets import SECRET_RUN, defender_secrets
 

@@ -448,6 +448,7 @@ class SyntheticUsers(Task):
             "adapt": _spread([u["n_docs"] for u in adapt_users]),
             "population": _spread([u["n_docs"] for u in pop_users]),
             "attacker_samples": sum(len(v) for v in user_samples.values()),
+            "background_set_aside": sum(u["n_docs"] for u in adapt_users) - len(adapt),
             "canary_users": self.canary_users, "canary_length": self.canary_length,
             "docs_distribution": self.docs_distribution,
         }

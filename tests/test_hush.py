@@ -276,3 +276,39 @@ def test_hush_without_secrets_names_the_fix(world):
         Hush(batch_size=8).adapt(model, partial, world["ctx"])
     with pytest.raises(ConfigError):
         Hush(direction="sideways")
+
+
+# ----------------------------------------------------------------------------------- on the secrets task
+def test_hush_samples_target_and_background_secrets_alike(cache):
+    """On the `secrets` task every record of D carries a secret drawn like the targets' (Ganesh et al. 2025: every
+    training example carries secrets), so Hush's LP constrains every record and its per-secret sampling rates do
+    not tell b=1 target secrets from background secrets.
+
+    When only targets carried secrets, the background was unconstrained (weight 1, the highest rate) and the
+    targets were the records Hush down-weighted: the rates separated the two (Mann-Whitney p ≈ 1e-9 in this world).
+    """
+    from scipy.stats import mannwhitneyu
+
+    from bench.game import Challenger
+    from tasks.secrets import Secrets
+
+    data = Secrets(max_chars_per_source=300_000, n_secrets=40, records_per_secret_min=2, records_per_secret_max=5,
+                   secret_kind="mixed").build(cache)
+    ch = Challenger(data, {"n_per_group": 8, "n_null": 8, "adapt_background": len(data.adapt), "n_validation": 0},
+                    seed=0)
+    ad = ch.adaptation_data()
+    is_target = np.array([t in set(ch.members("b")) for t in ad.texts])
+    assert all(len(s) == 1 for s in ad.secrets) and 0 < is_target.sum() < len(is_target)
+    secrets = [tuple(s) for s in ad.secrets]
+    ledger, rho = account(secrets, ad.secret_targets, batch_size=16, steps=round(4 * len(secrets) / 16), c=None)
+    assert ledger.n_secrets == len(set(secrets)) == len(ad.secret_targets)
+    summary = ledger.summary()
+    assert summary["all_targets_met"] and summary["max_bound"] <= max(r for _, r in ad.secret_targets.values())
+    rates: dict[tuple[str, bool], list[float]] = {}
+    for s, r, t in zip(secrets, rho, is_target):
+        rates.setdefault((s[0], bool(t)), []).append(float(r))
+    target = [np.mean(v) for (_, t), v in rates.items() if t]
+    background = [np.mean(v) for (_, t), v in rates.items() if not t]
+    assert len(target) == 16 and len(background) > 15
+    # one test per secret (a secret's records share its rate); p ≥ 0.001 is |z| ≤ 3.29, as in test_users_secrets
+    assert mannwhitneyu(target, background).pvalue >= 1e-3

@@ -195,14 +195,16 @@ def test_adaptation_data_secrets(secrets):
     ch = Challenger(secrets, WORLD, seed=0)
     ad = ch.adaptation_data()
     assert ad.users is None and ad.secrets is not None and len(ad.secrets) == len(ad.texts)
-    meta_by_text = {r.text: secrets.target_meta[r.id] for r in secrets.targets}
+    # every text of D carries exactly one secret, background records too (Ganesh et al. 2025: every example)
+    spec = secrets.secret_spec
+    by_id = {v["secret_id"]: v for v in spec.values()}
     for t, ids in zip(ad.texts, ad.secrets):
-        m = meta_by_text.get(t)
-        assert ids == ((m["secret_id"],) if m else ())
-    carried = {meta_by_text[t]["secret_id"]: meta_by_text[t] for t in ad.texts if t in meta_by_text}
-    assert set(ad.secret_targets) == set(carried) and len(carried) == 8  # the b=1 secrets
-    for sid, m in carried.items():
-        assert ad.secret_targets[sid] == (m["p"], m["r"])
+        assert ids == tuple(v["secret_id"] for s, v in spec.items() if s.casefold() in t.casefold()) and len(ids) == 1
+    b1 = {secrets.target_meta[r.id]["secret_id"] for r in secrets.targets if r.text in set(ad.texts)}
+    assert len(b1) == 8 and b1 <= set(ad.secret_targets)
+    assert {by_id[i]["partition"] for i in set(ad.secret_targets) - b1} == {"adapt"}
+    for sid, (p, r) in ad.secret_targets.items():
+        assert (p, r) == (by_id[sid]["p"], by_id[sid]["r"])
     # ids only: no secret string outside the texts themselves
     blob = json.dumps([list(ad.secrets), sorted(ad.secret_targets.items())]).casefold()
     assert not [m["secret"] for m in secrets.target_meta.values() if m["secret"].casefold() in blob]

@@ -1,10 +1,11 @@
-"""Tests for tasks.users (synthetic users, source 002) and tasks.secrets (Hush secrets, source 001).
+"""Tests for tasks.users (synthetic users, source 002) and tasks.secrets (Hush secrets, Ganesh et al. 2025).
 
 Properties are recomputed here from the built data, independently of the modules' own checks.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import Counter
@@ -17,6 +18,7 @@ from bench.game import GROUPS, Challenger
 from bench.hashing import content_hash
 from bench.registry import TASKS
 from bench.task import TargetRecord, TaskData
+from bench.units import NULL_POOL, secrets_of
 from tasks.mini_pile import MiniPile
 from tasks.secrets import SECRET_RUN, Secrets, defender_secrets, insert_line, make_secret
 from tasks.users import (
@@ -87,7 +89,9 @@ def test_users_sizes_and_partitions(users, base):
     samples = users.public_format["user_samples"]
     assert len(groups) == st["targets"]["n_users"] == len(samples) and set(groups) == set(samples)
     assert len(users.targets) + sum(map(len, samples.values())) == st["targets"]["n_docs"]
-    assert len(users.adapt) == st["adapt"]["n_docs"]
+    # background users lose the share target users set aside for the attacker, so counts in D mark no target
+    assert len(users.adapt) == st["adapt"]["n_docs"] - users.stats["users"]["background_set_aside"]
+    assert users.stats["users"]["background_set_aside"] >= st["adapt"]["n_users"]   # at least one each
     # population: mini_pile's unused population records plus the population users' documents
     pop_docs = [t for t in users.population if t not in set(base.population)]
     assert len(pop_docs) == st["population"]["n_docs"]
@@ -263,16 +267,20 @@ def test_draw_unit_groups_matches_record_challenger():
     world = {"n_per_group": 8, "n_null": 16, "adapt_background": 10}
     ch = Challenger(data, world, seed=3)
     rng = np.random.default_rng([3, int(content_hash(data.fingerprint, length=8), 16)])
-    sizes = {(0, 0): 16, (0, 1): 8, (1, 0): 8, (1, 1): 8}
+    sizes = {(0, 0): 8, (0, 1): 8, (1, 0): 8, (1, 1): 8, NULL_POOL: 16}   # four equal groups and a null pool
     out = draw_unit_groups(data, sizes, rng)
-    assert out == {r: ch.group_of(r) for r in out} and len(out) == 40
-    # known a: per-a pools, as the challenger draws them
-    meta = {f"r{i}": {"a": i % 2} for i in range(60)}
+    grouped = {r: g for r, g in out.items() if g != NULL_POOL}
+    assert grouped == {r: ch.group_of(r) for r in grouped} and len(grouped) == 32
+    assert {r for r, g in out.items() if g == NULL_POOL} == set(ch.null_units()) and len(out) == 48
+    # known a: per-a pools, as the challenger draws them (the null pool comes from the a = 0 pool)
+    meta = {f"r{i}": {"a": int(i % 3 == 0)} for i in range(60)}
     data = _fake("record", meta, 60)
     ch = Challenger(data, world, seed=3)
     rng = np.random.default_rng([3, int(content_hash(data.fingerprint, length=8), 16)])
     out = draw_unit_groups(data, sizes, rng, known_a=True)
-    assert out == {r: ch.group_of(r) for r in out} and len(out) == 40
+    grouped = {r: g for r, g in out.items() if g != NULL_POOL}
+    assert grouped == {r: ch.group_of(r) for r in grouped} and len(grouped) == 32
+    assert all(meta[r]["a"] == 0 for r, g in out.items() if g == NULL_POOL)   # the null pool never has a = 1
     # a user whose records disagree on a known a is refused
     meta = {f"r{i}": {"user": f"u{i // 2}", "a": i % 2} for i in range(60)}
     with pytest.raises(DataError, match="a=0 and a=1"):
@@ -299,8 +307,10 @@ def test_secrets_deterministic(cache, secrets):
 
 def test_secrets_sizes_and_targets(secrets, base):
     assert secrets.unit == "secret" and secrets.name == "secrets"
-    assert (secrets.pretrain, secrets.heldout, secrets.population, secrets.adapt) == \
-        (base.pretrain, base.heldout, base.population, base.adapt)
+    # pretraining stays secret-free; the other partitions are mini_pile's records, each carrying a background secret
+    assert secrets.pretrain == base.pretrain
+    assert [len(getattr(secrets, p)) for p in ("heldout", "population", "adapt")] == \
+        [len(getattr(base, p)) for p in ("heldout", "population", "adapt")]
     by_secret = Counter(m["secret"] for m in secrets.target_meta.values())
     assert len(by_secret) == 20 and all(2 <= k <= 5 for k in by_secret.values())
     assert len(set(by_secret.values())) > 1
@@ -330,14 +340,18 @@ def test_secrets_sizes_and_targets(secrets, base):
 
 def test_secrets_only_in_their_carriers(secrets):
     all_secrets = {m["secret"] for m in secrets.target_meta.values()}
-    for part in ("pretrain", "heldout", "population", "adapt"):
+    every = set(secrets.secret_spec)
+    assert all_secrets < every  # background secrets besides the targets'
+    blob = "\x00".join(secrets.pretrain).casefold()
+    assert not [s for s in every if s.casefold() in blob]  # pretraining stays secret-free
+    for part in ("heldout", "population", "adapt"):
         blob = "\x00".join(getattr(secrets, part)).casefold()
         for s in all_secrets:
             assert s.casefold() not in blob, (part, s)
     for t in secrets.targets:
         own = secrets.target_meta[t.id]["secret"]
         low = t.text.casefold()
-        assert [s for s in all_secrets if s.casefold() in low] == [own]
+        assert [s for s in every if s.casefold() in low] == [own]
         assert low.count(own.casefold()) == 1
 
 
@@ -352,16 +366,30 @@ def test_secrets_public_format_hides_secret_strings(secrets):
                                                                                   m["secret_kind"])
 
 
+def _carried(data: TaskData, text: str) -> list[str]:
+    """The secrets of ``data.secret_spec`` occurring in ``text`` (plain substring search, not the module's runs)."""
+    low = text.casefold()
+    return [s for s in data.secret_spec if s.casefold() in low]
+
+
 def test_defender_secrets(secrets):
     some = list(secrets.targets[:7])
     texts = [t.text for t in some] + list(secrets.adapt)
     spec = defender_secrets(secrets, texts)
-    want = Counter(secrets.target_meta[t.id]["secret"] for t in some)
+    # the data owner knows every secret of its texts: the targets' and the background's (Ganesh et al. 2025, §3)
+    want = Counter(s for t in texts for s in _carried(secrets, t))
     assert {s: v["n_records"] for s, v in spec.items()} == dict(want)
+    assert len({secrets.target_meta[t.id]["secret"] for t in some}) < len(spec)
     for s, v in spec.items():
-        m = next(mm for mm in secrets.target_meta.values() if mm["secret"] == s)
-        assert (v["p"], v["r"], v["secret_id"]) == (m["p"], m["r"], m["secret_id"])
-    assert defender_secrets(secrets, secrets.adapt) == {}
+        truth = secrets.secret_spec[s]
+        assert set(v) == {"secret_id", "p", "r", "n_records"}  # no partition, no kind: nothing marks a target
+        assert (v["p"], v["r"], v["secret_id"]) == (truth["p"], truth["r"], truth["secret_id"])
+    for m in secrets.target_meta.values():
+        assert secrets.secret_spec[m["secret"]]["secret_id"] == m["secret_id"]
+    assert defender_secrets(secrets, secrets.pretrain) == {}
+    # a secret task built without a secret_spec: the target secrets of target_meta, as before
+    bare = dataclasses.replace(secrets, secret_spec=None)
+    assert set(defender_secrets(bare, texts)) == {secrets.target_meta[t.id]["secret"] for t in some}
 
 
 def test_secret_helpers():
@@ -390,7 +418,8 @@ def test_users_adapt_owners(users):
     assert not set(owners) & target_users
     counts = Counter(owners)
     assert len(counts) == int(round(USERS.get("adapt_fraction", 0.2) * USERS["n_users"]))
-    assert min(counts.values()) >= USERS["min_docs"]
+    # background users lose the documents target users set aside for the attacker (at least one each)
+    assert min(counts.values()) >= USERS["min_docs"] - max(1, round(USERS.get("attacker_fraction", 0.1) * USERS["max_docs"]))
     # a user's documents share its signature name: the owner groups the texts the way the users were built
     for u in list(counts)[:5]:
         docs = [t for t, o in zip(users.adapt, owners) if o == u]
@@ -414,3 +443,165 @@ def test_builds_do_not_depend_on_the_hash_seed(tmp_path):
         assert proc.returncode == 0, proc.stderr[-2000:]
         outs.append(proc.stdout)
     assert outs[0] == outs[1] and outs[0].count("\n") == 2
+
+
+# ------------------------------------------------------------------------------ background secrets (Hush fairness)
+# Every adaptation, population and held-out record carries a secret drawn like the targets' (Ganesh et al. 2025:
+# every training example carries secrets), so the secrets a defense is told about do not mark its targets.
+
+WORLD_BUDGET = 800_000  # mini_pile: 159 adaptation records, 472 target-pool records
+WORLD_SECRETS = dict(max_chars_per_source=WORLD_BUDGET, n_secrets=100, records_per_secret_min=2,
+                     records_per_secret_max=5, secret_kind="mixed")
+# 40 b=1 target secrets (about 140 records) next to 150 background records (about 43 secrets)
+SECRET_WORLD = {"n_per_group": 20, "n_null": 8, "adapt_background": 150, "n_validation": 9}
+#: |z| beyond which a difference in rates is not chance: two-sided 0.1%, so the eight rules of
+#: test_smarter_dishonest_rules_hit_targets_and_background_alike together have a false alarm rate below 1%
+Z_TOLERANCE = 3.29
+
+
+@pytest.fixture(scope="module")
+def secret_world(cache):
+    data = Secrets(**WORLD_SECRETS).build(cache)
+    ch = Challenger(data, SECRET_WORLD, seed=0)
+    ad = ch.adaptation_data()
+    targets = set(ch.members("b"))  # the b=1 carriers (challenger-side truth)
+    is_target = [t in targets for t in ad.texts]
+    return data, ch, ad, is_target
+
+
+def test_background_secrets_are_drawn_like_the_targets(secrets, base):
+    spec = secrets.secret_spec
+    target_ids = {m["secret_id"] for m in secrets.target_meta.values()}
+    assert {v["secret_id"] for v in spec.values() if v["partition"] == "targets"} == target_ids
+    assert len({v["secret_id"] for v in spec.values()}) == len(spec)  # one id per secret
+    for part in ("adapt", "population", "heldout"):
+        texts, orig = getattr(secrets, part), getattr(base, part)
+        owners = []
+        for t, o in zip(texts, orig):  # a base record plus one inserted line holding exactly one secret, once
+            found = _carried(secrets, t)
+            assert len(found) == 1 and t.casefold().count(found[0].casefold()) == 1
+            lines = t.split("\n")
+            extra = [i for i, ln in enumerate(lines) if found[0] in ln]
+            assert len(extra) == 1 and lines[:extra[0]] + lines[extra[0] + 1:] == o.split("\n")
+            owners.append(found[0])
+        mine = {s: v for s, v in spec.items() if v["partition"] == part}
+        assert set(owners) == set(mine) and not target_ids & {v["secret_id"] for v in mine.values()}
+        # contiguous blocks of the drawn sizes; only the partition's last secret may be cut short
+        blocks = [owners[0]]
+        for a, b in zip(owners, owners[1:]):
+            if b != a:
+                blocks.append(b)
+        assert len(blocks) == len(mine)
+        counts = Counter(owners)
+        assert all(counts[s] == mine[s]["n_records"] for s in mine)
+        assert all(2 <= counts[s] <= 5 for s in blocks[:-1]) and 1 <= counts[blocks[-1]] <= 5
+        assert len(set(counts.values())) > 1
+        # same kinds (in turn for mixed), same p, r_j in the same range, same templates as the targets
+        assert [mine[s]["kind"] for s in blocks] == [("word", "codename", "api_key")[j % 3] for j in range(len(blocks))]
+        assert all(v["p"] == 1e-10 and 2e-4 <= v["r"] <= 1e-3 for v in mine.values())
+        assert len({v["r"] for v in mine.values()}) == len(mine)
+        pf = secrets.public_format["templates"]
+        allowed = {t for side in pf.values() for ts in side.values() for t in ts}
+        assert {m["template"] for m in secrets.target_meta.values()} <= allowed
+        for t, s in zip(texts, owners):
+            line = next(ln for ln in t.split("\n") if s in ln).strip()
+            assert line in {a.format(secret=s) for a in allowed}
+    # the attacker's public spec lists the target secrets only, by id; no secret string anywhere in it
+    assert set(secrets.public_format["secrets"]) == target_ids
+    blob = json.dumps(secrets.public_format).casefold()
+    assert not [s for s in spec if s.casefold() in blob]
+
+
+def test_every_record_of_d_carries_a_secret(secret_world):
+    data, ch, ad, is_target = secret_world
+    n_bg = SECRET_WORLD["adapt_background"]
+    assert len(ad.texts) == n_bg + sum(is_target) and sum(is_target) > 100
+    assert all(len(ids) == 1 for ids in ad.secrets)  # every record, target or background, carries exactly one
+    by_id = {v["secret_id"]: (s, v) for s, v in data.secret_spec.items()}
+    present = Counter(ids[0] for ids in ad.secrets)
+    assert set(ad.secret_targets) == set(present)
+    for sid, (p, r) in ad.secret_targets.items():
+        s, v = by_id[sid]
+        assert (p, r) == (v["p"], v["r"])
+    # a b=1 target secret has all its carriers in D, and so has every background secret but the one cut by the
+    # background/validation boundary: counts in D look alike
+    parts = Counter(by_id[sid][1]["partition"] for sid in present)
+    assert set(parts) == {"targets", "adapt"} and parts["targets"] == 2 * SECRET_WORLD["n_per_group"]
+    short = [sid for sid, k in present.items() if k != by_id[sid][1]["n_records"]]
+    assert len(short) <= 1 and all(by_id[sid][1]["partition"] == "adapt" for sid in short)
+    # the runner hands a shadow of a secret-aware recipe the attacker's own (population) secrets the same way
+    per_text, targets = secrets_of(data, data.population[:60])
+    assert all(len(ids) == 1 for ids in per_text)
+    assert {by_id[i][1]["partition"] for ids in per_text for i in ids} == {"population"}
+    assert set(targets) == {i for ids in per_text for i in ids}
+
+
+def test_dropping_secret_bearing_records_drops_all_of_d(secret_world):
+    """The dishonest rule "drop every record that carries a secret" hits target and background records alike.
+
+    Before every record carried a secret this rule removed exactly the b=1 targets and kept all the background:
+    a perfect membership-game defense at no utility cost.
+    """
+    _, _, ad, is_target = secret_world
+    dropped = [bool(ids) for ids in ad.secrets]
+    kept = [t for t, d in zip(ad.texts, dropped) if not d]
+    assert kept == []  # nothing left to train on: the rule costs all the utility
+    tgt = [d for d, t in zip(dropped, is_target) if t]
+    bg = [d for d, t in zip(dropped, is_target) if not t]
+    assert bg and tgt and np.mean(bg) == np.mean(tgt) == 1.0
+
+
+def _clustered_rate(dropped: list[bool], clusters: list[str]) -> tuple[float, float]:
+    """Drop rate over records and its variance, robust to clustering (records of one secret fall together).
+
+    The ratio-estimator variance C/(C-1) · Σ_c (d_c − p·m_c)² / N² over clusters c (m_c records, d_c dropped):
+    a rule that acts per secret drops whole secrets, so the effective sample is the number of secrets, not of
+    records; a record without a secret is its own cluster.
+    """
+    n = len(dropped)
+    p = sum(dropped) / n
+    m: Counter = Counter(clusters)
+    d: Counter = Counter(c for c, x in zip(clusters, dropped) if x)
+    k = len(m)
+    if k < 2:
+        return p, 0.0
+    return p, k / (k - 1) * sum((d[c] - p * m[c]) ** 2 for c in m) / n ** 2
+
+
+def _two_proportion_z(dropped: list[bool], clusters: list[str], is_target: list[bool]) -> tuple[float, float, float]:
+    """(target drop rate, background drop rate, z of their difference with clustered variances)."""
+    groups = []
+    for flag in (True, False):
+        idx = [i for i, t in enumerate(is_target) if t == flag]
+        groups.append(_clustered_rate([dropped[i] for i in idx], [clusters[i] for i in idx]))
+    (p1, v1), (p2, v2) = groups
+    se = (v1 + v2) ** 0.5
+    z = (p1 - p2) / se if se > 0 else (0.0 if p1 == p2 else float("inf"))
+    return p1, p2, z
+
+
+def test_smarter_dishonest_rules_hit_targets_and_background_alike(secret_world):
+    """Rules that use only what the defense gets (carriers per secret in D, r_j, the secret's kind as its format
+    shows in the text) drop b=1 target records and background records at rates that do not differ beyond chance.
+
+    Before background secrets existed every one of these rules dropped only targets (background records carried
+    no secret), a difference far beyond Z_TOLERANCE.
+    """
+    data, _, ad, is_target = secret_world
+    clusters = [ids[0] if ids else f"record:{i}" for i, ids in enumerate(ad.secrets)]
+    n_in_d = Counter(c for c, ids in zip(clusters, ad.secrets) if ids)
+    r = {sid: r for sid, (_, r) in ad.secret_targets.items()}
+    r_sorted = sorted(r.values())
+    # the kind is visible to a defense from the secret's format in its text (sk-…, Capitalised-42, a word); the
+    # challenger's secret_spec stands in for that reading
+    kind = {v["secret_id"]: v["kind"] for v in (data.secret_spec or {}).values()}
+    kind.update({m["secret_id"]: m["secret_kind"] for m in data.target_meta.values()})
+    rules = {f"carriers >= {k}": (lambda c, k=k: n_in_d[c] >= k) for k in (3, 4, 5)}
+    rules["r below its median"] = lambda c: r[c] <= r_sorted[len(r_sorted) // 2]
+    rules["r in its top fifth"] = lambda c: r[c] >= r_sorted[int(0.8 * len(r_sorted))]
+    rules.update({f"kind {k}": (lambda c, k=k: kind[c] == k) for k in ("word", "codename", "api_key")})
+    for name, rule in rules.items():
+        dropped = [bool(ids) and rule(c) for c, ids in zip(clusters, ad.secrets)]
+        assert 0 < sum(dropped) < len(dropped), name  # a real rule: it keeps some records and drops some
+        p_target, p_background, z = _two_proportion_z(dropped, clusters, is_target)
+        assert abs(z) <= Z_TOLERANCE, (name, p_target, p_background, z)
