@@ -139,14 +139,14 @@ def _utility_table(rows: list[dict]) -> str:
 @app.command()
 def trends(
     only: Optional[str] = typer.Option(None, "--only", help="Comma-separated trends to check (default: all): "
-                                       "dp, iid_ood, naf_canaries, naf_pii, guard, hush."),
+                                       "dp, dp_matched, iid_ood, naf_canaries, naf_pii, guard, hush."),
     db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),
     cache: Optional[str] = typer.Option(None, "--cache", help="Artifact cache dir (default $PRIVBENCH_CACHE or "
                                                               "~/.cache/privbench)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress output."),
     fmt: str = typer.Option("table", "--format", help="table, json or csv."),
 ) -> None:
-    """Check whether each source paper's headline direction reproduces on the embedded models (the paper-trends
+    """Check whether each paper's headline direction reproduces on the embedded models (the paper-trends
     suites): runs (or reuses) one bundled suite per claim and prints the claim, its numbers and whether it holds."""
     from bench.cache import ArtifactCache
     from bench.report import format_rows
@@ -226,6 +226,35 @@ def list_(
                 elif p.get("low") is not None or p.get("high") is not None:
                     rng = f" in [{p.get('low')}, {p.get('high')}]"
                 typer.echo(f"      - {p['name']} ({p['type']}, default {p['default']!r}){rng}: {p['help']}")
+
+
+@app.command()
+def tracks(
+    fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
+) -> None:
+    """List the frozen tracks results are ranked on: name, content hash, headline game, task, model, seeds."""
+    from bench.suite import parse_suite
+    from bench.tracks import bundled_tracks, load_track
+
+    out = []
+    for name in bundled_tracks():
+        t = load_track(name)
+        cfg = parse_suite(t.suite_raw(), path=t.path).config
+        out.append({"name": t.name, "hash": t.hash, "headline_game": t.headline_game,
+                    "tasks": [x["label"] for x in cfg["tasks"]], "models": [m["name"] for m in cfg["models"]],
+                    "seeds": cfg["seeds"], "anchors": [d["label"] for d in cfg["defenses"]],
+                    "attacks": [a["label"] for a in cfg["attacks"]], "description": t.description})
+    if fmt == "json":
+        typer.echo(json.dumps(out, indent=2))
+        return
+    if fmt != "table":
+        raise PrivbenchError(f"unknown format '{fmt}': use table or json")
+    for t in out:
+        typer.echo(f"{t['name']:<11} {t['hash']}  {t['headline_game']:<7} {', '.join(t['tasks'])} · "
+                   f"{', '.join(t['models'])} · seeds {t['seeds']} · {len(t['attacks'])} attacks\n"
+                   f"{'':<12}{t['description']}")
+    typer.echo("\nRun one with a suite that names it (`track: quick` and your defenses); the anchors none and "
+               "finetune are added.")
 
 
 @app.command()

@@ -1,7 +1,9 @@
 """Matched utility: tune a defense's training length or learning rate to a target validation loss.
 
 Source 004 compares adaptations at similar validation loss; a defense that barely trains looks private
-for free. A defense entry in a suite may carry ``match: {param, grid, target_loss}``: the runner adapts
+for free. A defense entry in a suite may carry ``match: {param, grid, target_loss}`` (or ``target_defense``:
+the label of another, unmatched defense of the suite, whose validation loss in the same world is the target,
+so two defenses are compared at the same utility): the runner adapts
 θ once per grid value (each cached like any model), measures the loss on validation records held out
 from the task's held-out partition — disjoint from the records the reported utility is measured on,
 and never a target — and keeps the value whose loss is closest to the target. The choice and the loss
@@ -19,7 +21,10 @@ from bench.params import Param, validate_params
 MATCH_PARAMS = (
     Param("param", str, "epochs", "defense parameter to tune (e.g. epochs, lr)"),
     Param("grid", list, [1, 2, 4, 8], "values tried for it", item_type=float),
-    Param("target_loss", float, 5.0, "validation loss (nats/token) to reach", low=0.0, low_inclusive=False),
+    Param("target_loss", float, None, "validation loss (nats/token) to reach", low=0.0, low_inclusive=False,
+          nullable=True),
+    Param("target_defense", str, None, "or: the label of another defense of the suite whose validation loss in the "
+          "same world is the target (compare two defenses at the same utility)", nullable=True),
     Param("n_validation", int, 100, "held-out records used for tuning, after those the utility is measured on",
           low=1),
 )
@@ -31,9 +36,10 @@ def parse_match(raw: Any, defense_name: str, defense_params: dict, create: Calla
     if not isinstance(raw, dict):
         raise ConfigError(f"suite '{suite}': 'match' of defense '{defense_name}' must be a mapping like "
                           f"{{param: epochs, grid: [1, 2, 4], target_loss: 5.0}}")
-    if "target_loss" not in raw:
-        raise ConfigError(f"suite '{suite}': 'match' of defense '{defense_name}' needs target_loss (the validation "
-                          f"loss in nats/token to reach)")
+    if ("target_loss" in raw) == ("target_defense" in raw):
+        raise ConfigError(f"suite '{suite}': 'match' of defense '{defense_name}' needs exactly one of target_loss (the "
+                          f"validation loss in nats/token to reach) and target_defense (the label of a defense whose "
+                          f"validation loss to reach)")
     m = validate_params(f"suite '{suite}' match of '{defense_name}'", MATCH_PARAMS, raw)
     if not m["grid"]:
         raise ConfigError(f"suite '{suite}': 'match.grid' of defense '{defense_name}' is empty: list values to try")

@@ -158,6 +158,37 @@ class Runner:
         self.log(f"plan: {len(plan.jobs)} jobs, {sum(j.done for j in plan.jobs.values())} already done")
         self._skipped += sum(j.done for j in plan.jobs.values() if j.kind == "evaluate")
         (self.executor or LocalExecutor()).execute(self, plan, lambda job, res: self.apply(run_id, job, res))
+        self._write_retained(run_id)
+
+    def _write_retained(self, run_id: int) -> None:
+        """Utility retained of every adapted model, per world, against the world's θ and `finetune` anchor.
+
+        Computed by the driver from the stored held-out losses once every utility job is done (so a resumed run
+        recomputes it, idempotently): (L(θ) − L(θ′)) / (L(θ) − L(θ′_finetune)) (bench/tracks.py). A world where
+        fine-tuning did not lower the held-out loss has no meaningful ratio and gets none (logged)."""
+        from bench.tracks import utility_retained
+        if self.suite.retained_anchor is None:
+            return
+        loss = {(r["task"], r["model"], r["seed"], r["role"], r["defense"]): r["value"]
+                for r in self.store.utility_rows(run_id) if r["dataset"] == "heldout" and r["metric"] == "loss"}
+        for (task, model, seed, role, defense), value in sorted(loss.items()):
+            if role != "adapted":
+                continue
+            base, ft = loss.get((task, model, seed, "pretrained", "-")), loss.get((task, model, seed, "adapted",
+                                                                                   "finetune"))
+            if base is None or ft is None:
+                continue
+            retained = utility_retained(base, ft, value)
+            if retained is None:
+                self.log(f"{task} / {model} seed {seed}: finetune did not lower the held-out loss ({base:.3f} → "
+                         f"{ft:.3f}), so utility retained is undefined in this world")
+                continue
+            self.store.write_utility(run_id, content_hash("retained", task, model, seed, defense, base, ft, value),
+                                     task=task, model=model, defense=defense, seed=seed, role="adapted",
+                                     dataset="retained", values={"utility_retained": retained,
+                                                                 "gain_nats": base - value,
+                                                                 "finetune_gain_nats": base - ft},
+                                     n_tokens=0)
 
     def apply(self, run_id: int, job, result: JobResult) -> None:
         """The driver's side of a finished job: write its rows (the driver is the database's only writer)."""
@@ -244,6 +275,11 @@ class Runner:
             raise DataError(f"defense '{d.label}': matched utility needs {m['n_validation']} validation records after "
                             f"the {n_u} utility records, but the task's held-out partition has {len(data.heldout)}: "
                             f"lower match.n_validation or utility.n_heldout")
+        target = m["target_loss"]
+        if m["target_defense"] is not None:  # the validation loss another defense reaches in this world
+            di_t = next(i for i, x in enumerate(self.suite.defenses) if x.label == m["target_defense"])
+            path_t, key_t, _ = self._adapted(ti, mi, seed, di_t)
+            target = heldout_metrics(self._lm_from(path_t, key_t, spec, self.device), val)[0]["loss"]
         tried = []
         for params in candidate_params(m, d.params):
             inst = DEFENSES.create(d.name, params)
@@ -252,12 +288,12 @@ class Runner:
                                           self._challenger(ti, seed).adaptation_data(), seed, self.device,
                                           progress=not self.quiet)
             tried.append((params, inst, heldout_metrics(self._lm_from(path, key, spec, self.device), val)[0]["loss"]))
-        best, loss = pick([(i, t[2]) for i, t in enumerate(tried)], m["target_loss"])
+        best, loss = pick([(i, t[2]) for i, t in enumerate(tried)], target)
         params, inst, _ = tried[best]
         row = dict(utility_key=content_hash(inst.key, self._theta(ti, mi, seed, di)[1], "match", m, seed),
                    task=self.suite.tasks[ti].label, model=spec.name, defense=d.label, seed=seed, role="adapted",
                    dataset="match", n_tokens=0,
-                   values={"validation_loss": float(loss), "target_loss": m["target_loss"],
+                   values={"validation_loss": float(loss), "target_loss": float(target),
                            f"chosen_{m['param']}": float(params[m["param"]])})
         return PluginEntry(d.label, d.name, params, inst, None), row
 

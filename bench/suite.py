@@ -22,7 +22,7 @@ from bench.registry import ATTACKS, DEFENSES, TASKS
 
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 TOP_KEYS = {"name", "description", "seeds", "tasks", "models", "defenses", "attacks", "games", "world",
-            "reference", "shadows", "metrics", "utility", "device"}
+            "reference", "shadows", "metrics", "utility", "device", "track"}
 
 
 @dataclass
@@ -55,6 +55,15 @@ class Suite:
     shadows: dict[str, Any] = field(default_factory=dict)
     #: the task whose held-out partition measures out-of-domain utility (``utility: {ood: ...}``), if any
     utility_ood: PluginEntry | None = None
+    #: the frozen track the suite runs on (bench/tracks.py): {"name", "hash", "headline_game"}, or None
+    track: dict[str, Any] | None = None
+
+    @property
+    def retained_anchor(self) -> PluginEntry | None:
+        """The ``finetune`` entry utility retained is measured against, when the suite computes it."""
+        if self.utility.get("retained") is False:
+            return None
+        return next((d for d in self.defenses if d.label == "finetune" and d.name == "finetune"), None)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -70,6 +79,7 @@ class Suite:
                          "params": e.instance.config} for e in self.attacks],
             "games": [g.name for g in self.games], "world": self.world, "reference": self.reference,
             "metrics": self.metrics, "utility": self.utility, "device": self.device, "shadows": self.shadows,
+            **({"track": self.track} if self.track else {}),
         }
 
     @property
@@ -192,6 +202,13 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
     where = path or "<suite>"
     if not isinstance(raw, dict):
         raise ConfigError(f"suite '{where}' must be a YAML mapping with keys like name, seeds, tasks, models, ...")
+    if "track" in raw:  # a frozen track (bench/tracks.py): its settings, its anchors, the suite's defenses
+        from bench.tracks import suite_from_track
+        full, track = suite_from_track(raw, str(raw.get("name") or where))
+        suite = parse_suite(full, path=path)
+        suite.raw = raw
+        suite.track = {"name": track.name, "hash": track.hash, "headline_game": track.headline_game}
+        return suite
     unknown = set(raw) - TOP_KEYS
     if unknown:
         key = sorted(str(k) for k in unknown)[0]
@@ -232,6 +249,13 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         raise
     except PrivbenchError as exc:
         raise ConfigError(f"suite '{name}': {exc}") from None
+    labels = {d.label: d for d in defenses}
+    for d in defenses:
+        target = (d.match or {}).get("target_defense")
+        if target is not None and (target not in labels or labels[target].match or target == d.label):
+            raise ConfigError(f"suite '{name}': defense '{d.label}' matches the utility of '{target}', which is not an "
+                              f"unmatched defense of this suite: name one of "
+                              f"{', '.join(x.label for x in defenses if not x.match)}")
     games = resolve_games(raw.get("games", "all"))
     world = validate_params(f"suite '{name}' world", WORLD_PARAMS, raw.get("world"))
     known_a = all(getattr(t.instance, "known_pretraining_membership", False) for t in tasks)
@@ -265,7 +289,12 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         Param("prompt_tokens", int, 32, "tokens of a held-out record given as the generation prompt", low=1),
         Param("max_new_tokens", int, 32, "tokens generated and compared with the record's true continuation",
               low=1),
+        Param("retained", bool, None, "utility retained against the `finetune` anchor: null = when the suite has "
+              "one, true = required (an error without it), false = off", nullable=True),
     ), raw_utility)
+    if utility["retained"] and not any(d.label == "finetune" and d.name == "finetune" for d in defenses):
+        raise ConfigError(f"suite '{name}': utility retained needs a `finetune` anchor in the same worlds: add "
+                          f"`finetune` to defenses, or name a track (e.g. `track: quick`), which adds it")
     utility_ood = None
     if ood_raw is not None:  # out-of-domain held-out data: another task's held-out partition
         utility_ood = _entries([ood_raw], "utility.ood", TASKS, str(name))[0]

@@ -1,9 +1,15 @@
-"""Paper trends: does each source paper's headline direction reproduce on the embedded models?
+"""Paper trends: does each paper's headline direction reproduce on the embedded models?
 
 ``privbench trends`` runs one bundled suite per claim (each an ordinary, cached, resumable run in the
-results database), reads its stored metrics and utility, and prints each claim with the numbers that
-decide it and whether it holds. A direction that does not reproduce at this scale is reported as such,
-with its numbers — never hidden. The decision rules are stated next to each check, fixed before the run.
+results database, three seeds or more), reads its stored metrics and utility, and prints each claim with the
+numbers that decide it and a verdict: ``yes``, ``NOT REPRODUCED`` or ``inconclusive`` (the claim could not be
+tested: the undefended model did not leak, a private model learned nothing, or too few seeds). A direction that
+does not reproduce at this scale is reported as such, with its numbers — never hidden.
+
+The decision rules are stated next to each check and were fixed before the runs that report them; none has an
+escape clause. They use the per-seed values of a run: a mean over seeds, its standard error (sd / √n), and for a
+comparison the paired per-seed differences. "A clearly above B" means mean(A − B) ≥ the stated gap and
+mean(A − B) − 2·SE > 0; "near chance" means |mean − 0.5| ≤ NEAR_CHANCE.
 """
 
 from __future__ import annotations
@@ -16,49 +22,106 @@ import numpy as np
 
 #: AUC within this distance of 0.5 counts as "near chance"
 NEAR_CHANCE = 0.06
-#: a leak is "clearly above" another when its AUC is larger by at least this much
+#: a leak is "clearly above" another when its AUC is larger by at least this much (and by 2 SE)
 CLEAR_GAP = 0.10
+#: the undefended model must reach this adapt-game AUC (strongest attack) for a privacy claim to be testable
+LEAK_PRECONDITION = 0.60
+#: fewest seeds a verdict rests on
+MIN_SEEDS = 3
+#: next-token accuracies within this absolute distance count as "similar utility"
+SIMILAR_ACCURACY = 0.02
+
+
+@dataclass
+class Stat:
+    """Per-seed values of one quantity: mean, standard error, and paired differences."""
+
+    values: np.ndarray
+
+    @property
+    def n(self) -> int:
+        return int(len(self.values))
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.values))
+
+    @property
+    def se(self) -> float:
+        return float(np.std(self.values, ddof=1) / np.sqrt(self.n)) if self.n > 1 else float("inf")
+
+    def __sub__(self, other: "Stat") -> "Stat":
+        if self.n != other.n:
+            raise ValueError(f"paired difference of {self.n} and {other.n} seeds")
+        return Stat(self.values - other.values)
+
+    def clearly_above(self, other: "Stat", gap: float) -> bool:
+        d = self - other
+        return d.mean >= gap and d.mean - 2.0 * d.se > 0.0
+
+    def not_clearly_above(self, other: "Stat", margin: float = 0.0) -> bool:
+        """No significant excess: mean(self − other) − 2 SE ≤ margin."""
+        d = self - other
+        return d.mean - 2.0 * d.se <= margin
+
+    def near_chance(self) -> bool:
+        return abs(self.mean - 0.5) <= NEAR_CHANCE
+
+    def __str__(self) -> str:
+        return f"{self.mean:.3f}±{self.se:.3f}" if np.isfinite(self.se) else f"{self.mean:.3f}"
 
 
 @dataclass
 class SuiteResults:
-    """Stored rows of one complete suite run, indexed for the checks."""
+    """Stored rows of one complete suite run, indexed for the checks; every accessor returns per-seed values."""
 
     metrics: list[dict]
     utility: list[dict]
     guarantees: list[dict] = field(default_factory=list)
 
-    def auc(self, defense: str, game: str, attack: str) -> float:
-        vals = [r["value"] for r in self.metrics if r["defense"] == defense and r["game"] == game
-                and r["attack"] == attack and r["metric"] == "auc"]
-        if not vals:
-            raise KeyError(f"no AUC for defense {defense}, game {game}, attack {attack}")
-        return float(np.mean(vals))
+    @property
+    def seeds(self) -> list[int]:
+        return sorted({r["seed"] for r in self.metrics} | {r["seed"] for r in self.utility})
 
-    def metric(self, defense: str, game: str, attack: str, metric: str) -> float:
-        vals = [r["value"] for r in self.metrics if r["defense"] == defense and r["game"] == game
-                and r["attack"] == attack and r["metric"] == metric and r["value"] is not None]
-        if not vals:
-            raise KeyError(f"no {metric} for defense {defense}, game {game}, attack {attack}")
-        return float(np.mean(vals))
+    def _per_seed(self, rows: list[dict], what: str) -> Stat:
+        by_seed: dict[int, list[float]] = {}
+        for r in rows:
+            if r["value"] is not None:
+                by_seed.setdefault(r["seed"], []).append(float(r["value"]))
+        if not by_seed:
+            raise KeyError(f"no {what}")
+        return Stat(np.array([np.mean(by_seed[s]) for s in sorted(by_seed)]))
 
-    def utility_value(self, defense: str, metric: str, role: str = "adapted", dataset: str = "heldout") -> float:
-        vals = [r["value"] for r in self.utility if r["defense"] == defense and r["role"] == role
+    def metric(self, defense: str, game: str, attack: str, metric: str = "auc", task: str | None = None) -> Stat:
+        rows = [r for r in self.metrics if r["defense"] == defense and r["game"] == game and r["attack"] == attack
+                and r["metric"] == metric and (task is None or r["task"] == task)]
+        return self._per_seed(rows, f"{metric} for defense {defense}, game {game}, attack {attack}")
+
+    def auc(self, defense: str, game: str, attack: str, task: str | None = None) -> Stat:
+        return self.metric(defense, game, attack, "auc", task)
+
+    def strongest(self, defense: str, game: str, attacks: tuple[str, ...], task: str | None = None
+                  ) -> tuple[str, Stat]:
+        """The attack with the highest mean AUC and its per-seed AUCs (a worst case over attacks: optimistic for
+        the attacker, used for preconditions and for comparisons that apply it to both sides)."""
+        stats = {a: self.auc(defense, game, a, task) for a in attacks}
+        best = max(stats, key=lambda a: stats[a].mean)
+        return best, stats[best]
+
+    def utility_value(self, defense: str, metric: str, role: str = "adapted", dataset: str = "heldout") -> Stat:
+        rows = [r for r in self.utility if r["defense"] == defense and r["role"] == role
                 and r["dataset"] == dataset and r["metric"] == metric]
-        if not vals:
-            raise KeyError(f"no utility {metric} for defense {defense} ({role}, {dataset})")
-        return float(np.mean(vals))
+        return self._per_seed(rows, f"utility {metric} for defense {defense} ({role}, {dataset})")
 
-    def base_loss(self) -> float:
-        vals = [r["value"] for r in self.utility if r["role"] == "pretrained" and r["defense"] == "-"
-                and r["dataset"] == "heldout" and r["metric"] == "loss"]
-        return float(np.mean(vals))
+    def retained(self, defense: str) -> Stat:
+        return self.utility_value(defense, "utility_retained", dataset="retained")
 
 
 @dataclass
 class TrendResult:
-    holds: bool
+    holds: bool | None          # None: inconclusive
     numbers: str
+    why: str = ""
 
 
 @dataclass(frozen=True)
@@ -70,42 +133,101 @@ class Trend:
     check: Callable[[SuiteResults | None], TrendResult]
 
 
+def _inconclusive(numbers: str, why: str) -> TrendResult:
+    return TrendResult(None, numbers, why)
+
+
+def _few_seeds(r: SuiteResults) -> TrendResult | None:
+    if len(r.seeds) < MIN_SEEDS:
+        return _inconclusive(f"{len(r.seeds)} seed(s)", f"fewer than {MIN_SEEDS} seeds")
+    return None
+
+
 # ------------------------------------------------------------------------------------------------ checks
-def _fmt(x: float) -> str:
-    return f"{x:.3f}"
+MIA = ("loss", "min_k", "reference")
 
 
 def check_dp(r: SuiteResults) -> TrendResult:
-    """004: DP at small ε brings MIA AUC toward 0.5 while ε = ∞ does not.
+    """Marek et al. 2026: DP at small ε brings MIA AUC toward 0.5, ε = ∞ does not, and utility grows with ε.
 
-    Holds when every attack's adapt-game AUC at ε = 1 is within NEAR_CHANCE of 0.5 and ε = ∞ (same method and
-    batches, no clipping or noise) is at least CLEAR_GAP above it for every attack."""
-    attacks = ("loss", "min_k", "reference")
-    small = {a: r.auc("dp-full-eps1", "adapt", a) for a in attacks}
-    inf = {a: r.auc("dp-full-epsinf", "adapt", a) for a in attacks}
-    holds = all(abs(small[a] - 0.5) <= NEAR_CHANCE and inf[a] >= small[a] + CLEAR_GAP for a in attacks)
-    nums = "; ".join(f"{a}: ε=1 {_fmt(small[a])} vs ε=∞ {_fmt(inf[a])}" for a in attacks)
-    return TrendResult(holds, f"adapt-game AUC — {nums}")
+    Rule (fixed before the run). Inconclusive unless (a) the ε = ∞ model leaks: strongest adapt-game AUC ≥
+    LEAK_PRECONDITION, and (b) the ε = 8 model learned something: utility retained clearly above 0 (mean − 2 SE >
+    0). Holds when, for each of loss, min_k and reference, the ε = 1 AUC is near chance and the ε = ∞ AUC is clearly
+    above it (gap CLEAR_GAP), and utility retained is not clearly inverted: neither retained(ε = 1) clearly above
+    retained(ε = 8) nor retained(ε = 8) clearly above retained(ε = ∞)."""
+    few = _few_seeds(r)
+    if few:
+        return few
+    small = {a: r.auc("dp-full-eps1", "adapt", a) for a in MIA}
+    inf = {a: r.auc("dp-full-epsinf", "adapt", a) for a in MIA}
+    ret = {e: r.retained(f"dp-full-eps{e}") for e in ("1", "8", "inf")}
+    leak_attack, leak = r.strongest("dp-full-epsinf", "adapt", MIA)
+    nums = ("adapt AUC ε=1 vs ε=∞ — " + "; ".join(f"{a}: {small[a]} vs {inf[a]}" for a in MIA) +
+            f"; utility retained ε=1 {ret['1']}, ε=8 {ret['8']}, ε=∞ {ret['inf']}; seeds {r.seeds}")
+    if leak.mean < LEAK_PRECONDITION:
+        return _inconclusive(nums, f"ε=∞ does not leak ({leak_attack} {leak} < {LEAK_PRECONDITION})")
+    if not ret["8"].mean - 2 * ret["8"].se > 0:
+        return _inconclusive(nums, f"DP at ε=8 learned nothing (utility retained {ret['8']})")
+    holds = (all(small[a].near_chance() and inf[a].clearly_above(small[a], CLEAR_GAP) for a in MIA)
+             and ret["1"].not_clearly_above(ret["8"]) and ret["8"].not_clearly_above(ret["inf"]))
+    return TrendResult(holds, nums)
+
+
+def check_dp_matched(r: SuiteResults) -> TrendResult:
+    """DP's protection is not just its lost utility: at the same held-out utility, DP-SGD (ε = 8) leaks less than
+    non-private fine-tuning shortened to that utility (``finetune-matched-eps8``: epochs matched to DP's validation
+    loss in the same world).
+
+    Rule (fixed before the run). Inconclusive unless the matched fine-tune leaks (strongest adapt AUC ≥
+    LEAK_PRECONDITION) and DP at ε = 8 learned something (retained clearly above 0). Holds when the matched
+    fine-tune's strongest-attack adapt AUC is clearly above DP ε = 8's strongest-attack AUC (gap 0.05)."""
+    few = _few_seeds(r)
+    if few:
+        return few
+    a_m, matched = r.strongest("finetune-matched-eps8", "adapt", MIA)
+    a_d, dp = r.strongest("dp-full-eps8", "adapt", MIA)
+    ret_d, ret_m = r.retained("dp-full-eps8"), r.retained("finetune-matched-eps8")
+    nums = (f"strongest adapt AUC: matched fine-tune {matched} ({a_m}), DP ε=8 {dp} ({a_d}); utility retained "
+            f"matched {ret_m}, DP {ret_d}; seeds {r.seeds}")
+    if matched.mean < LEAK_PRECONDITION:
+        return _inconclusive(nums, f"the matched fine-tune does not leak ({matched} < {LEAK_PRECONDITION})")
+    if not ret_d.mean - 2 * ret_d.se > 0:
+        return _inconclusive(nums, f"DP at ε=8 learned nothing (utility retained {ret_d})")
+    return TrendResult(matched.clearly_above(dp, 0.05), nums)
+
+
+GUARD_ATTACKS = ("loss", "min_k", "reference")
 
 
 def check_guard(r: SuiteResults) -> TrendResult:
-    """003: GUARD brings Loss / Min-K / Reference AUC near 0.5 with a smaller utility loss than DP at that AUC.
+    """GUARD (anonymous preprint, under review): GUARD brings Loss / Min-K / Reference AUC near 0.5 at less utility cost than DP.
 
-    Holds when GUARD's AUC is within NEAR_CHANCE of 0.5 for all three attacks and its held-out loss rises above
-    θ's by less than DP-LoRA's (ε = 8) does, or DP-LoRA does not reach chance."""
-    attacks = ("loss", "min_k", "reference")
-    g = {a: r.auc("guard", "adapt", a) for a in attacks}
-    d = {a: r.auc("dp-lora-eps8", "adapt", a) for a in attacks}
-    f = {a: r.auc("finetune", "adapt", a) for a in attacks}
-    base = r.base_loss()
-    cost_g = r.utility_value("guard", "loss") - base
-    cost_d = r.utility_value("dp-lora-eps8", "loss") - base
-    near = all(abs(g[a] - 0.5) <= NEAR_CHANCE for a in attacks)
-    dp_near = all(abs(d[a] - 0.5) <= NEAR_CHANCE for a in attacks)
-    holds = near and (cost_g < cost_d or not dp_near)
-    nums = "; ".join(f"{a}: finetune {_fmt(f[a])}, guard {_fmt(g[a])}, DP-LoRA ε=8 {_fmt(d[a])}" for a in attacks)
-    return TrendResult(holds, f"adapt-game AUC — {nums}; held-out loss change vs θ: guard {cost_g:+.3f}, "
-                              f"DP-LoRA {cost_d:+.3f}")
+    Compared at matched utility: GUARD and KD are tuned (epochs) to the validation loss DP-LoRA (ε = 8) reaches in
+    the same world. Rule (fixed before the run). Inconclusive unless the fine-tuned model leaks (strongest adapt
+    AUC ≥ LEAK_PRECONDITION) and DP-LoRA learned something (retained clearly above 0). Holds when GUARD's AUC is
+    near chance for all three attacks and its strongest-attack AUC is not clearly above DP-LoRA's (at the same
+    utility it protects at least as well). No other clause."""
+    few = _few_seeds(r)
+    if few:
+        return few
+    g = {a: r.auc("guard", "adapt", a) for a in GUARD_ATTACKS}
+    d = {a: r.auc("dp-lora-eps8", "adapt", a) for a in GUARD_ATTACKS}
+    k = {a: r.auc("kd", "adapt", a) for a in GUARD_ATTACKS}
+    _, ft = r.strongest("finetune", "adapt", GUARD_ATTACKS)
+    _, g_max = r.strongest("guard", "adapt", GUARD_ATTACKS)
+    _, d_max = r.strongest("dp-lora-eps8", "adapt", GUARD_ATTACKS)
+    ret = {x: r.retained(x) for x in ("guard", "kd", "dp-lora-eps8")}
+    nums = ("adapt AUC guard / KD / DP-LoRA ε=8 — " +
+            "; ".join(f"{a}: {g[a]} / {k[a]} / {d[a]}" for a in GUARD_ATTACKS) +
+            f"; finetune strongest {ft}; utility retained guard {ret['guard']}, KD {ret['kd']}, DP-LoRA "
+            f"{ret['dp-lora-eps8']}; seeds {r.seeds}")
+    if ft.mean < LEAK_PRECONDITION:
+        return _inconclusive(nums, f"the fine-tuned model does not leak ({ft} < {LEAK_PRECONDITION})")
+    if not ret["dp-lora-eps8"].mean - 2 * ret["dp-lora-eps8"].se > 0:
+        return _inconclusive(nums, f"DP-LoRA at ε=8 learned nothing (utility retained {ret['dp-lora-eps8']}): "
+                                   f"matching to it compares models that did not adapt")
+    holds = all(g[a].near_chance() for a in GUARD_ATTACKS) and g_max.not_clearly_above(d_max)
+    return TrendResult(holds, nums)
 
 
 def check_hush(_: SuiteResults | None) -> TrendResult:
@@ -123,66 +245,97 @@ def check_hush(_: SuiteResults | None) -> TrendResult:
 
 
 def check_iid_ood(r: SuiteResults) -> TrendResult:
-    """004: the undefended model leaks more on IID data than on OOD data at equal training.
+    """Marek et al. 2026: the undefended model leaks more on IID data than on OOD data at equal training.
 
-    Holds when every attack's adapt-game AUC on the iid task exceeds its AUC on the ood task."""
+    Rule (fixed before the run). Inconclusive unless the IID model leaks (strongest adapt AUC ≥
+    LEAK_PRECONDITION). Holds when for every attack the IID adapt-game AUC is clearly above the OOD one (gap 0.05:
+    mean paired difference ≥ 0.05 and more than 2 SE above 0)."""
+    few = _few_seeds(r)
+    if few:
+        return few
     tasks = sorted({m["task"] for m in r.metrics})
     iid = next(t for t in tasks if "iid" in t)
     ood = next(t for t in tasks if "ood" in t)
     attacks = sorted({m["attack"] for m in r.metrics})
+    pairs = {a: (r.auc("finetune", "adapt", a, iid), r.auc("finetune", "adapt", a, ood)) for a in attacks}
+    nums = "adapt AUC iid vs ood — " + "; ".join(f"{a}: {i} vs {o}" for a, (i, o) in pairs.items()) + \
+        f"; seeds {r.seeds}"
+    best = max(pairs.values(), key=lambda p: p[0].mean)[0]
+    if best.mean < LEAK_PRECONDITION:
+        return _inconclusive(nums, f"the IID model does not leak ({best} < {LEAK_PRECONDITION})")
+    return TrendResult(all(i.clearly_above(o, 0.05) for i, o in pairs.values()), nums)
 
-    def auc(task, a):
-        return float(np.mean([m["value"] for m in r.metrics if m["task"] == task and m["game"] == "adapt"
-                              and m["attack"] == a and m["metric"] == "auc" and m["defense"] == "finetune"]))
-    pairs = {a: (auc(iid, a), auc(ood, a)) for a in attacks}
-    holds = all(i > o for i, o in pairs.values())
-    return TrendResult(holds, "adapt-game AUC iid vs ood — " +
-                       "; ".join(f"{a}: {_fmt(i)} vs {_fmt(o)}" for a, (i, o) in pairs.items()))
 
-
-#: next-token accuracies within this absolute distance count as "similar utility"
-SIMILAR_ACCURACY = 0.02
+NAF = ("finetune", "cp_delta", "scp_delta_r_b", "scp_delta_r_c")
 
 
 def check_naf(r: SuiteResults) -> TrendResult:
-    """000: SCP-Δr lowers canary exposure below CP-Δ and the undefended model at similar next-token accuracy.
+    """Segal, Shabtai and Elovici 2025 (SCP-Δr): SCP-Δr lowers canary exposure below CP-Δ and fine-tuning at similar next-token accuracy.
 
-    Holds when both SCP-Δr variants' mean exposure of inserted canaries is below CP-Δ's and fine-tuning's, and
-    their held-out next-token accuracy is no more than SIMILAR_ACCURACY below fine-tuning's."""
-    labels = ("finetune", "cp_delta", "scp_delta_r_b", "scp_delta_r_c")
-    exp = {d: r.metric(d, "adapt", "exposure", "exposure_mean_pos") for d in labels}
-    acc = {d: r.utility_value(d, "next_token_accuracy") for d in labels}
-    holds = all(exp[s] < exp["cp_delta"] and exp[s] < exp["finetune"]
-                and acc[s] >= acc["finetune"] - SIMILAR_ACCURACY for s in ("scp_delta_r_b", "scp_delta_r_c"))
-    return TrendResult(holds, "mean exposure of inserted canaries (next-token accuracy) — " +
-                       "; ".join(f"{d}: {exp[d]:.2f} ({acc[d]:.3f})" for d in labels) +
-                       " ; baseline for a never-inserted canary 1.44")
+    Rule (fixed before the run). Inconclusive unless the fine-tuned model memorised its canaries: mean exposure of
+    inserted canaries at least 2 bits above the never-inserted baseline (measured on the same game's (0, 0) units).
+    Holds when both SCP-Δr variants' mean exposure of inserted canaries is clearly below CP-Δ's and fine-tuning's
+    (gap 0.5 bits) and their held-out next-token accuracy is not clearly below fine-tuning's by more than
+    SIMILAR_ACCURACY."""
+    few = _few_seeds(r)
+    if few:
+        return few
+    exp = {d: r.metric(d, "adapt", "exposure", "exposure_mean_pos") for d in NAF}
+    base = r.metric("finetune", "adapt", "exposure", "exposure_mean_never")
+    acc = {d: r.utility_value(d, "next_token_accuracy") for d in NAF}
+    nums = ("mean exposure of inserted canaries (next-token accuracy) — " +
+            "; ".join(f"{d}: {exp[d]} ({acc[d]})" for d in NAF) + f"; never-inserted baseline {base}; "
+            f"seeds {r.seeds}")
+    if not exp["finetune"].mean >= base.mean + 2.0:
+        return _inconclusive(nums, "the fine-tuned model did not memorise its canaries (exposure < baseline + 2)")
+    holds = all(exp[x].clearly_above(exp[s], 0.5) and acc["finetune"].not_clearly_above(acc[s], SIMILAR_ACCURACY)
+                for s in ("scp_delta_r_b", "scp_delta_r_c") for x in ("cp_delta", "finetune"))
+    return TrendResult(holds, nums)
 
 
 def check_naf_pii(r: SuiteResults) -> TrendResult:
-    """000: SCP-Δr lowers PII extraction below CP-Δ and the undefended model.
+    """Segal, Shabtai and Elovici 2025 (SCP-Δr): SCP-Δr lowers PII extraction below CP-Δ and the undefended model.
 
-    Holds when both SCP-Δr variants' average extracted length of member IDs is below CP-Δ's and fine-tuning's
-    and their full extraction rate is not above either."""
-    labels = ("finetune", "cp_delta", "scp_delta_r_b", "scp_delta_r_c")
-    ael = {d: r.metric(d, "adapt", "pii_extraction", "pii_ael_pos") for d in labels}
-    fer = {d: r.metric(d, "adapt", "pii_extraction", "pii_fer_pos") for d in labels}
-    acc = {d: r.utility_value(d, "next_token_accuracy") for d in labels}
-    holds = all(ael[s] < ael["cp_delta"] and ael[s] < ael["finetune"] and fer[s] <= min(fer["cp_delta"],
-                fer["finetune"]) for s in ("scp_delta_r_b", "scp_delta_r_c"))
-    return TrendResult(holds, "Names2IDs member AEL / FER (next-token accuracy) — " +
-                       "; ".join(f"{d}: {ael[d]:.2f} / {fer[d]:.2f} ({acc[d]:.3f})" for d in labels))
+    Rule (fixed before the run). Inconclusive unless the fine-tuned model extracts: member full-extraction rate
+    (FER) of at least 0.05. Holds when both SCP-Δr variants' average extracted length (AEL) of member IDs is
+    clearly below CP-Δ's and fine-tuning's (gap 0.5 digits) and their FER is not clearly above either."""
+    few = _few_seeds(r)
+    if few:
+        return few
+    ael = {d: r.metric(d, "adapt", "pii_extraction", "pii_ael_pos") for d in NAF}
+    fer = {d: r.metric(d, "adapt", "pii_extraction", "pii_fer_pos") for d in NAF}
+    acc = {d: r.utility_value(d, "next_token_accuracy") for d in NAF}
+    nums = ("Names2IDs member AEL / FER (next-token accuracy) — " +
+            "; ".join(f"{d}: {ael[d]} / {fer[d]} ({acc[d]})" for d in NAF) + f"; seeds {r.seeds}")
+    if fer["finetune"].mean < 0.05:
+        return _inconclusive(nums, f"the fine-tuned model extracts no ID in full (FER {fer['finetune']})")
+    holds = all(ael[x].clearly_above(ael[s], 0.5) and fer[s].not_clearly_above(fer[x])
+                for s in ("scp_delta_r_b", "scp_delta_r_c") for x in ("cp_delta", "finetune"))
+    return TrendResult(holds, nums)
 
 
 TRENDS: dict[str, Trend] = {t.name: t for t in (
-    Trend("dp", "004", "DP at small ε brings MIA AUC toward 0.5; ε = ∞ does not", "dp", check_dp),
-    Trend("iid_ood", "004", "the undefended model leaks more on IID than on OOD data", "iid_ood", check_iid_ood),
-    Trend("naf_canaries", "000", "SCP-Δr lowers canary exposure below CP-Δ and fine-tuning at similar "
-          "next-token accuracy", "naf_canaries", check_naf),
-    Trend("naf_pii", "000", "SCP-Δr lowers PII extraction below CP-Δ and fine-tuning", "naf", check_naf_pii),
-    Trend("guard", "003", "GUARD: MIA AUC near 0.5 at a smaller utility loss than DP", "guard", check_guard),
-    Trend("hush", "001", "Hush needs less noise than DP-SGD for the same per-secret bound", None, check_hush),
+    Trend("dp", "Marek et al. 2026", "DP at small ε brings MIA AUC toward 0.5; ε = ∞ does not; utility grows "
+          "with ε", "dp", check_dp),
+    Trend("dp_matched", "Marek et al. 2026", "at the same utility, DP (ε = 8) leaks less than a shortened "
+          "non-private fine-tune", "dp", check_dp_matched),
+    Trend("iid_ood", "Marek et al. 2026", "the undefended model leaks more on IID than on OOD data", "iid_ood",
+          check_iid_ood),
+    Trend("naf_canaries", "Segal, Shabtai, Elovici 2025", "SCP-Δr lowers canary exposure below CP-Δ and fine-tuning at "
+          "similar next-token accuracy", "naf_canaries", check_naf),
+    Trend("naf_pii", "Segal, Shabtai, Elovici 2025", "SCP-Δr lowers PII extraction below CP-Δ and fine-tuning", "naf",
+          check_naf_pii),
+    Trend("guard", "GUARD (anonymous, under review)", "GUARD: MIA AUC near 0.5, at matched utility no worse "
+          "than DP-LoRA", "guard", check_guard),
+    Trend("hush", "Ganesh et al. 2025", "Hush needs less noise than DP-SGD for the same per-secret bound", None,
+          check_hush),
 )}
+
+
+def verdict(res: TrendResult) -> str:
+    if res.holds is None:
+        return f"inconclusive ({res.why})"
+    return "yes" if res.holds else "NOT REPRODUCED"
 
 
 def run_trends(names: list[str] | None, *, store, cache, quiet: bool = False,
@@ -194,14 +347,17 @@ def run_trends(names: list[str] | None, *, store, cache, quiet: bool = False,
     if unknown:
         raise ConfigError(f"unknown trend(s) {unknown}: choose from {', '.join(TRENDS)}")
     out = []
+    runs: dict[str, int] = {}
     for name in chosen:
         t = TRENDS[name]
         results = None
         if t.suite is not None:
-            run_id = run_suite(t.suite)
+            if t.suite not in runs:
+                runs[t.suite] = run_suite(t.suite)
+            run_id = runs[t.suite]
             results = SuiteResults(store.metric_rows(run_id), store.utility_rows(run_id),
                                    store.guarantee_rows(run_id))
         res = t.check(results)
         out.append({"trend": t.name, "paper": t.paper, "claim": t.claim, "suite": t.suite or "-",
-                    "holds": "yes" if res.holds else "NOT REPRODUCED", "numbers": res.numbers})
+                    "holds": verdict(res), "numbers": res.numbers})
     return out

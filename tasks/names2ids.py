@@ -11,7 +11,8 @@ length, full extraction rate). A record is therefore ``"Name: <name>, ID: <id>"`
   and every record has at most ``MAX_RECORD_CHARS`` characters (000: at most 25 LLaMA tokens).
 * IDs are 10-digit numbers with a non-zero first digit from a seeded numpy Generator, unique, and
   never a 10-digit run of any mini_pile text (so no ID is in any partition by accident).
-* Partitions: pretrain and heldout are mini_pile's; the adaptation background is other people
+* Partitions: pretrain is mini_pile's; held-out is mini_pile's, or with ``heldout_fraction`` the records of
+  further people nobody trains on (utility on the adaptation domain); the adaptation background is other people
   ("learn this directory"); the target pool is people whose membership the game's bits decide;
   the attacker-owned population is mini_pile's population plus further people (disjoint from
   everyone else), shuffled together.
@@ -141,13 +142,15 @@ def make_people(n: int, locales: list[str], seed: int, *, ascii_names: bool = Tr
 class Names2IDs(Task):
     description = ("Names2IDs (source 000): synthetic people 'Name: <name>, ID: <10 digits>' from Faker in several "
                    "locales; adaptation learns a directory, targets are further people; mini_pile for pretraining.")
-    version = "0.1.0"
+    version = "0.2.0"
     params = (
         Param("n_people", int, 2000, "synthetic people in all (targets + adaptation background + population)",
               low=16),
         Param("adapt_fraction", float, 0.25, "share of the people in the adaptation background", low=0.0, high=0.9),
         Param("population_fraction", float, 0.25, "share of the people owned by the attacker (population)",
               low=0.0, high=0.9),
+        Param("heldout_fraction", float, 0.0, "share of the people whose records are the held-out utility split "
+              "(the adaptation domain itself); 0 = mini_pile's held-out records", low=0.0, high=0.5),
         Param("locales", list, DEFAULT_LOCALES, "Faker locales the names are drawn from (round robin)",
               item_type=str),
         Param("ascii_names", bool, True, "transliterate names to ASCII (short records for the tiny models)"),
@@ -168,9 +171,9 @@ class Names2IDs(Task):
                               f"use e.g. {', '.join(DEFAULT_LOCALES)}")
         if len(set(self.locales)) != len(self.locales):
             raise ConfigError("task 'names2ids': locales lists a locale twice: name each once")
-        if self.adapt_fraction + self.population_fraction >= 0.95:
-            raise ConfigError("task 'names2ids': adapt_fraction + population_fraction must leave at least 5 % of "
-                              "the people as targets")
+        if self.adapt_fraction + self.population_fraction + self.heldout_fraction >= 0.95:
+            raise ConfigError("task 'names2ids': adapt_fraction + population_fraction + heldout_fraction must leave "
+                              "at least 5 % of the people as targets")
 
     def build(self, cache=None) -> TaskData:
         import faker
@@ -183,9 +186,13 @@ class Names2IDs(Task):
         order = np.random.default_rng(_seed_int("roles", self.seed)).permutation(len(people)).tolist()
         n_adapt = int(round(self.adapt_fraction * len(people)))
         n_pop = int(round(self.population_fraction * len(people)))
+        n_held = int(round(self.heldout_fraction * len(people)))
         adapt_people = [people[i] for i in order[:n_adapt]]
         pop_people = [people[i] for i in order[n_adapt:n_adapt + n_pop]]
-        target_people = [people[i] for i in order[n_adapt + n_pop:]]
+        held_people = [people[i] for i in order[n_adapt + n_pop:n_adapt + n_pop + n_held]]
+        target_people = [people[i] for i in order[n_adapt + n_pop + n_held:]]
+        # utility on the adaptation domain: records of people nobody trains on (else mini_pile's held-out text)
+        heldout = tuple(format_record(p["name"], p["id"]) for p in held_people) if held_people else base.heldout
 
         adapt = tuple(format_record(p["name"], p["id"]) for p in adapt_people)
         population = list(base.population) + [format_record(p["name"], p["id"]) for p in pop_people]
@@ -200,20 +207,22 @@ class Names2IDs(Task):
         public_format = {"kind": "pii", "template": TEMPLATE, "prompt": PROMPT, "id_digits": ID_DIGITS}
 
         fingerprint = derived_fingerprint({"name": self.name, "config": self.config, "base": base.fingerprint,
-                                           "public_format": public_format, "faker": faker.VERSION},
+                                           "public_format": public_format, "faker": faker.VERSION,
+                                           "heldout": content_hash(list(heldout))},
                                           targets, adapt, population)
         synthetic = {"name": "names2ids", "kind": "pii", "version": faker.VERSION,
                      "description": f"synthetic 'Name: <name>, ID: <10 digits>' records, Faker locales "
                                     f"{', '.join(self.locales)}, seed {self.seed}",
                      "provenance": f"generated by privbench (Faker {faker.VERSION} names, numpy IDs)",
                      "license": "synthetic; Faker MIT"}
-        stats = partition_stats(pretrain=base.pretrain, heldout=base.heldout, population=population, adapt=adapt,
+        stats = partition_stats(pretrain=base.pretrain, heldout=heldout, population=population, adapt=adapt,
                                 targets=[t.text for t in targets])
         stats["people"] = {"targets": len(target_people), "adapt": len(adapt_people), "population": len(pop_people),
+                           "heldout": len(held_people),
                            "max_record_chars": max(len(format_record(p["name"], p["id"])) for p in people),
                            "by_locale": {loc: sum(p["locale"] == loc for p in people) for loc in self.locales}}
         return TaskData(
-            name=self.name, pretrain=base.pretrain, heldout=base.heldout, population=population, adapt=adapt,
+            name=self.name, pretrain=base.pretrain, heldout=heldout, population=population, adapt=adapt,
             targets=tuple(targets), fingerprint=fingerprint, sources=tuple(base.sources) + (synthetic,),
             stats=stats, relation="ood", unit="record", target_meta=meta, public_format=public_format,
         )
