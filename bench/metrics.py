@@ -7,8 +7,12 @@ Conventions (fixed here so that every attack is scored the same way):
   scores switch together (ties are blocks: a tie is never split);
 * TPR@FPR is the largest TPR over ROC points whose FPR is ``<=`` the target,
   so a reported TPR@1%FPR never hides a higher false-positive rate;
-* the AUC confidence interval is a percentile bootstrap that resamples members
-  and non-members separately (stratified), keeping both class counts fixed.
+* confidence intervals (AUC and TPR@FPR) are percentile bootstraps that resample
+  members and non-members separately (stratified), keeping both class counts
+  fixed; for a given seed both metrics use the same resamples. The TPR interval
+  recomputes the threshold on every resample, so it includes the sampling error
+  of the threshold chosen on the non-members, which a binomial interval on the
+  members alone (Clopper-Pearson) ignores.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ __all__ = [
     "roc_curve_points",
     "tpr_at_fpr",
     "bootstrap_auc_ci",
+    "bootstrap_tpr_ci",
     "clopper_pearson",
     "membership_metrics",
     "metric_name_for_fpr",
@@ -158,6 +163,28 @@ def tpr_at_fpr(labels, scores, target_fpr: float) -> tuple[float, float, float]:
     return _tpr_at_fpr(y, s, float(target_fpr))
 
 
+def _check_boot_args(n_boot: int, alpha: float) -> None:
+    if int(n_boot) < 1:
+        raise MetricError(f"n_boot={n_boot!r} must be at least 1: use e.g. n_boot=1000")
+    if not (0.0 < float(alpha) < 1.0):
+        raise MetricError(f"alpha={alpha!r} is outside (0, 1): use e.g. alpha=0.05 for a 95% CI")
+
+
+def _stratified_resamples(n_pos: int, n_neg: int, n_boot: int, seed: int):
+    """Yield chunks ``(pi, ni)`` of resample indices, shapes (b, n_pos) and (b, n_neg), n_boot rows in all.
+
+    Shared by the AUC and TPR bootstraps so that one seed means one set of resamples for every metric.
+    Members are drawn first, then non-members, from ``numpy.random.Generator(PCG64(seed))``.
+    """
+    rng = np.random.Generator(np.random.PCG64(seed))
+    chunk = max(1, 4_000_000 // (n_pos + n_neg + 1))
+    for start in range(0, n_boot, chunk):
+        b = min(chunk, n_boot - start)
+        pi = rng.integers(0, n_pos, size=(b, n_pos))
+        ni = rng.integers(0, n_neg, size=(b, n_neg))
+        yield pi, ni
+
+
 def bootstrap_auc_ci(
     labels, scores, *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
 ) -> tuple[float, float]:
@@ -166,10 +193,7 @@ def bootstrap_auc_ci(
     Members and non-members are resampled separately with replacement
     (``numpy.random.Generator(PCG64(seed))``), so each resample keeps both class counts.
     """
-    if int(n_boot) < 1:
-        raise MetricError(f"n_boot={n_boot!r} must be at least 1: use e.g. n_boot=1000")
-    if not (0.0 < float(alpha) < 1.0):
-        raise MetricError(f"alpha={alpha!r} is outside (0, 1): use e.g. alpha=0.05 for a 95% CI")
+    _check_boot_args(n_boot, alpha)
     y, s = validate_scores(labels, scores)
     pos = s[y == 1]
     neg = np.sort(s[y == 0])
@@ -178,14 +202,11 @@ def bootstrap_auc_ci(
     lo_idx = np.searchsorted(neg, pos, side="left")
     hi_idx = np.searchsorted(neg, pos, side="right")
 
-    rng = np.random.Generator(np.random.PCG64(seed))
     n_boot = int(n_boot)
     aucs = np.empty(n_boot)
-    chunk = max(1, 4_000_000 // (n_pos + n_neg + 1))
-    for start in range(0, n_boot, chunk):
-        b = min(chunk, n_boot - start)
-        pi = rng.integers(0, n_pos, size=(b, n_pos))
-        ni = rng.integers(0, n_neg, size=(b, n_neg))
+    start = 0
+    for pi, ni in _stratified_resamples(n_pos, n_neg, n_boot, seed):
+        b = len(pi)
         # multiplicity of each (sorted) non-member per resample, then cumulative counts
         counts = np.bincount(
             (ni + (np.arange(b) * n_neg)[:, None]).ravel(), minlength=b * n_neg
@@ -195,8 +216,69 @@ def bootstrap_auc_ci(
         below = np.take_along_axis(cum, lo_idx[pi], axis=1)
         below_eq = np.take_along_axis(cum, hi_idx[pi], axis=1)
         aucs[start : start + b] = (below + below_eq).sum(axis=1) / (2.0 * n_pos * n_neg)
+        start += b
     low, high = np.quantile(aucs, [alpha / 2.0, 1.0 - alpha / 2.0])
     return float(low), float(high)
+
+
+def _max_false_positives(n_neg: int, target_fpr: float) -> int:
+    """Largest fp count k with ``k / n_neg <= target + eps``, evaluated exactly as :func:`_tpr_at_fpr` does."""
+    ok = np.nonzero(np.arange(n_neg + 1) / n_neg <= target_fpr + _FPR_EPS)[0]
+    return int(ok[-1])
+
+
+def _bootstrap_tpr_values(
+    y: np.ndarray, s: np.ndarray, target_fprs: list[float], n_boot: int, seed: int
+) -> np.ndarray:
+    """TPR at each target FPR on every stratified resample, shape (n_boot, len(target_fprs)).
+
+    Same convention as :func:`_tpr_at_fpr`: with v the (k+1)-th largest resampled non-member score, where
+    k is the largest admissible false-positive count, a threshold t admits at most k false positives iff
+    t > v, and every resampled member above v lies at or above the lowest such ROC threshold, so the
+    TPR is the share of resampled members scoring strictly above v (tie blocks at v are never split).
+    """
+    pos = s[y == 1]
+    neg = np.sort(s[y == 0])  # index order == value order, so order statistics of indices give values
+    n_pos, n_neg = len(pos), len(neg)
+    ks = [_max_false_positives(n_neg, f) for f in target_fprs]
+    # column of the sorted resampled negatives holding the (k+1)-th largest; k >= n_neg admits everything
+    cols = [n_neg - 1 - k for k in ks if k < n_neg]
+    out = np.ones((n_boot, len(ks)))
+    start = 0
+    for pi, ni in _stratified_resamples(n_pos, n_neg, n_boot, seed):
+        b = len(pi)
+        if cols:
+            part = np.partition(ni, sorted(set(cols)), axis=1)
+            pos_vals = pos[pi]
+            for j, k in enumerate(ks):
+                if k < n_neg:
+                    v = neg[part[:, n_neg - 1 - k]]
+                    out[start : start + b, j] = (pos_vals > v[:, None]).sum(axis=1) / n_pos
+        start += b
+    return out
+
+
+def bootstrap_tpr_ci(
+    labels, scores, target_fprs, *, n_boot: int = 1000, alpha: float = 0.05, seed: int = 0
+) -> list[tuple[float, float]]:
+    """Stratified percentile-bootstrap CI for the TPR at each FPR in ``target_fprs``.
+
+    Why not a binomial interval on the members: the threshold is chosen on the same non-members, and with
+    few of them its own sampling error dominates. Each resample redraws members and non-members (class
+    counts fixed, the same resamples as :func:`bootstrap_auc_ci` for the same seed) and recomputes the
+    TPR exactly as :func:`tpr_at_fpr` does (largest TPR with FPR <= target, ties never split).
+    """
+    fprs = [float(f) for f in np.atleast_1d(np.asarray(target_fprs, dtype=float))]
+    if not fprs:
+        raise MetricError("no target FPR given: pass e.g. target_fprs=[0.01]")
+    for f in fprs:
+        if not (0.0 < f < 1.0):
+            raise MetricError(f"target FPR {f!r} is outside (0, 1): give a rate such as 0.01 for 1%")
+    _check_boot_args(n_boot, alpha)
+    y, s = validate_scores(labels, scores)
+    vals = _bootstrap_tpr_values(y, s, fprs, int(n_boot), seed)
+    q = np.quantile(vals, [alpha / 2.0, 1.0 - alpha / 2.0], axis=0)
+    return [(float(q[0, j]), float(q[1, j])) for j in range(len(fprs))]
 
 
 def clopper_pearson(k: int, n: int, alpha: float = 0.05) -> tuple[float, float]:
@@ -227,7 +309,7 @@ def membership_metrics(
     alpha: float = 0.05,
     seed: int = 0,
 ) -> list[MetricRow]:
-    """AUC (bootstrap CI) and TPR at each FPR in ``fprs`` (Clopper-Pearson CI).
+    """AUC and TPR at each FPR in ``fprs``, each with a stratified bootstrap CI (same resamples for all).
 
     A TPR row is flagged ``"fpr_below_resolution"`` when the FPR is below
     1/n_neg, i.e. there are too few non-members to measure it.
@@ -240,9 +322,9 @@ def membership_metrics(
     n_neg = len(y) - n_pos
     lo, hi = bootstrap_auc_ci(y, s, n_boot=n_boot, alpha=alpha, seed=seed)
     rows = [MetricRow("auc", _auc(y, s), lo, hi, n_pos, n_neg)]
-    for f in fprs:
+    tpr_cis = bootstrap_tpr_ci(y, s, fprs, n_boot=n_boot, alpha=alpha, seed=seed) if len(fprs) else []
+    for f, (lo, hi) in zip(fprs, tpr_cis):
         tpr, _, _ = _tpr_at_fpr(y, s, float(f))
-        lo, hi = clopper_pearson(int(round(tpr * n_pos)), n_pos, alpha)
         flag = FLAG_FPR_BELOW_RESOLUTION if float(f) < 1.0 / n_neg else None
         rows.append(MetricRow(metric_name_for_fpr(f), tpr, lo, hi, n_pos, n_neg, flag))
     return rows

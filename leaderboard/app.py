@@ -126,10 +126,15 @@ def view_leaderboard(table: pd.DataFrame, f: dict) -> None:
     st.subheader("Defense configurations")
     st.caption("One row per (task, model, defense, params). For each game: the worst-case attack — the attack "
                "with the highest mean AUC (resp. TPR at 1% FPR) over seeds, named in the 'attack' column — as "
-               "mean, sd over seeds and 95% CI (bootstrap for AUC, Clopper–Pearson for TPR; for several seeds "
-               "the envelope of the per-seed CIs). AUC 0.5 = chance; the null game is a control and must stay "
-               "near 0.5. Exposure and extraction rates are the members' values, worst over attacks. "
-               "Guarantees are read from the guarantees table (name: value; inf = no guarantee).")
+               "mean, sd over seeds and 95% CI: for several seeds the Student-t interval of the mean over "
+               "seeds, for one seed that seed's stored CI ('CI kind' says which). AUC 0.5 = chance; "
+               "the null game is a control and must stay near 0.5. Exposure and extraction rates are the "
+               "members' values of the game named in the column, worst over that game's attacks per seed, then "
+               "the mean over seeds. Guarantees are read from the guarantees table (name: value; inf = no "
+               "guarantee).")
+    st.caption("Selection bias: each worst case is the maximum over the 'attacks (n)' attacks run on the same "
+               "targets, so it overstates what any single attack achieves, the more so the more attacks there "
+               "are; see the Per-attack breakdown view for each attack's own value.")
     st.caption(f"Δ loss = held-out loss minus that of {BASELINES[f['baseline']]}. "
                "Cost = adaptation training seconds and attack seconds per seed. "
                "'command' and 'code version' name what produced each row.")
@@ -225,7 +230,8 @@ def view_breakdown(table: pd.DataFrame, metrics: pd.DataFrame) -> None:
         return
     shown = attack_breakdown(_rows_of(metrics, cfg))
     st.caption("Every stored metric of this configuration per game and attack: mean, sd and n over seeds, "
-               "the envelope of the per-seed CIs, and flags (e.g. an FPR below the resolution 1/n_neg).")
+               "the 95% CI (Student-t over seeds for several seeds, the stored per-seed CI for one; 'ci_kind'), "
+               "and flags (e.g. an FPR below the resolution 1/n_neg).")
     st.dataframe(shown, hide_index=True, width="stretch", key="bd_table")
     _downloads(shown, "per_attack", "dl_bd")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from scipy import stats
 from sklearn.metrics import roc_auc_score, roc_curve
 
 from bench.metrics import MetricRow
@@ -129,10 +130,17 @@ def test_main_view_worst_case_utility_guarantee_provenance(db, monkeypatch):
             best = max(means, key=means.get)
             assert row[f"{game} · AUC attack"] == best
             assert row[f"{game} · max AUC"] == pytest.approx(means[best])
+            assert row[f"{game} · AUC attacks (n)"] == len(means)  # the exposure attack stores an AUC too
+            assert row[f"{game} · TPR attacks (n)"] == len(ATTACK_SEED)  # but no TPR
             if best != "exposure":
                 vals = [auc_value(defense, game, best, s) for s in (0, 1)]
                 assert row[f"{game} · AUC sd"] == pytest.approx(np.std(vals, ddof=1))
-                assert row[f"{game} · AUC 95% CI"] == f"[{min(vals) - 0.05:.3f}, {max(vals) + 0.05:.3f}]"
+                # two seeds: Student-t interval of the mean, not the envelope of the per-seed CIs
+                half = stats.t.ppf(0.975, df=1) * np.std(vals, ddof=1) / np.sqrt(2)  # zlib: sd 0, width 0
+                lo, hi = np.mean(vals) - half, np.mean(vals) + half
+                assert row[f"{game} · AUC 95% CI"] == f"[{lo:.3f}, {hi:.3f}]"
+                assert row[f"{game} · AUC 95% CI"] != f"[{min(vals) - 0.05:.3f}, {max(vals) + 0.05:.3f}]"
+                assert row[f"{game} · AUC CI kind"] == "Student-t over 2 seeds"
         loss = ADAPTED_LOSS[defense]
         assert row["held-out loss"] == pytest.approx(np.mean(loss))
         delta = [loss[s] - ADAPTED_LOSS["finetune"][s] for s in (0, 1)]  # default baseline: finetune
@@ -143,7 +151,9 @@ def test_main_view_worst_case_utility_guarantee_provenance(db, monkeypatch):
     assert _row(table, "dp")["adapt · max AUC"] == pytest.approx(0.65)
     assert _row(table, "dp")["guarantee: epsilon"] == pytest.approx(np.mean(list(EPSILON.values())))
     assert np.isnan(_row(table, "finetune")["guarantee: epsilon"])
-    assert _row(table, "finetune")["canary exposure (mean)"] == pytest.approx(np.mean([4.5, 5.0]))
+    assert _row(table, "finetune")["adapt · canary exposure (mean)"] == pytest.approx(np.mean([4.5, 5.0]))
+    assert _row(table, "finetune")["adapt · canary exposure (mean) attacks (n)"] == 1
+    assert any("Selection bias" in t and "Per-attack breakdown" in t for t in _texts(at))
     assert any("finetune" in t and "Δ loss" in t for t in _texts(at))  # the page says which baseline
     at.radio(key="f_baseline").set_value("pretrained").run()
     row = _row(_table(at), "dp")
@@ -404,3 +414,78 @@ def test_engine_is_read_only_for_paths_and_sqlite_urls(db, tmp_path):
             with pytest.raises(Exception, match="readonly"):
                 conn.execute(text("DELETE FROM runs"))
         engine.dispose()
+
+
+def _metrics_frame(rows: list[tuple]) -> pd.DataFrame:
+    """A metric frame as leaderboard.queries returns it, from (defense, game, attack, seed, metric, value,
+    ci_low, ci_high) tuples; one evaluation per (defense, game, attack, seed)."""
+    cols = ["defense", "game", "attack", "seed", "metric", "value", "ci_low", "ci_high"]
+    f = pd.DataFrame(rows, columns=cols)
+    f = f.assign(task="t", model="m", params="{}", run=1, family="membership", n_pos=50, n_neg=50, flag=None,
+                 duration_s=1.0, code_version="v", command="c")
+    f["evaluation_id"] = f.groupby(["defense", "game", "attack", "seed"], sort=False).ngroup()
+    return f
+
+
+def test_worst_case_ci_is_student_t_over_seeds():
+    from leaderboard.aggregate import worst_case
+    vals = {"loss": [0.62, 0.70, 0.66, 0.75], "zlib": [0.60, 0.61, 0.59, 0.62]}
+    rows = [("d", "adapt", a, s, "auc", v, 0.0, 1.0) for a, vs in vals.items() for s, v in enumerate(vs)]
+    w = worst_case(_metrics_frame(rows), "auc").iloc[0]
+    assert w["attack"] == "loss" and w["n"] == 4 and w["n_attacks"] == 2
+    x = np.array(vals["loss"])
+    half = stats.t.ppf(0.975, 3) * x.std(ddof=1) / np.sqrt(4)  # by hand
+    assert (w["ci_low"], w["ci_high"]) == pytest.approx((x.mean() - half, x.mean() + half), abs=1e-12)
+    assert (w["ci_low"], w["ci_high"]) == pytest.approx(stats.t.interval(0.95, 3, loc=x.mean(), scale=stats.sem(x)))
+    assert w["ci_kind"] == "Student-t over 4 seeds"
+    assert 0.0 < w["ci_low"] < w["ci_high"] < 1.0  # not the envelope [0, 1] of the per-seed CIs
+
+
+def test_one_seed_keeps_the_stored_ci():
+    from leaderboard.aggregate import leaderboard_table, worst_case
+    rows = [("d", "adapt", "loss", 0, "auc", 0.70, 0.61, 0.79), ("d", "adapt", "zlib", 0, "auc", 0.65, 0.55, 0.74)]
+    frame = _metrics_frame(rows)
+    w = worst_case(frame, "auc").iloc[0]
+    assert w["n"] == 1 and np.isnan(w["sd"])
+    assert (w["attack"], w["ci_low"], w["ci_high"]) == ("loss", 0.61, 0.79)
+    assert w["ci_kind"] == "stored per-seed CI (1 seed)"
+    row = leaderboard_table(frame, pd.DataFrame(), pd.DataFrame(), games=["adapt"]).iloc[0]
+    assert row["adapt · AUC 95% CI"] == "[0.610, 0.790]"
+    assert row["adapt · AUC CI kind"] == "stored per-seed CI (1 seed)" and row["adapt · AUC attacks (n)"] == 2
+
+
+def test_exposure_is_aggregated_per_game():
+    from leaderboard.aggregate import leaderboard_table
+    # game "pretrain" holds much larger exposures than "adapt"; neither may leak into the other's columns
+    exp = {("pretrain", "exposure"): (20.0, 30.0),
+           ("adapt", "exposure"): (4.0, 2.0), ("adapt", "exposure_ref"): (3.0, 5.0)}
+    rows = [("d", g, a, s, "exposure_mean_pos", v, None, None) for (g, a), vs in exp.items() for s, v in enumerate(vs)]
+    rows += [("d", g, "loss", s, "auc", 0.6, 0.5, 0.7) for g in ("adapt", "pretrain") for s in (0, 1)]
+    frame = _metrics_frame(rows)
+    games = ["pretrain", "adapt"]
+    row = leaderboard_table(frame, pd.DataFrame(), pd.DataFrame(), games=games).iloc[0]
+    # default: the adapt game; per seed the max over its two attacks (4, 5), then the mean
+    assert row["adapt · canary exposure (mean)"] == pytest.approx(np.mean([4.0, 5.0]))
+    assert row["adapt · canary exposure (mean) sd"] == pytest.approx(np.std([4.0, 5.0], ddof=1))
+    assert row["adapt · canary exposure (mean) attacks (n)"] == 2
+    assert not any(c.startswith("pretrain · canary") for c in row.index)
+    other = leaderboard_table(frame, pd.DataFrame(), pd.DataFrame(), games=games, extras_game="pretrain").iloc[0]
+    assert other["pretrain · canary exposure (mean)"] == pytest.approx(25.0)
+    assert other["pretrain · canary exposure (mean) attacks (n)"] == 1
+    assert not any(c.startswith("adapt · canary") for c in other.index)
+    # without adapt among the shown games, the first shown game is used
+    only = leaderboard_table(frame[frame.game == "pretrain"], pd.DataFrame(), pd.DataFrame(), games=["pretrain"])
+    assert only.iloc[0]["pretrain · canary exposure (mean)"] == pytest.approx(25.0)
+
+
+def test_breakdown_ci_follows_the_same_rule():
+    from leaderboard.aggregate import attack_breakdown
+    rows = [("d", "adapt", "loss", s, "auc", v, 0.0, 1.0) for s, v in enumerate([0.6, 0.7, 0.65])]
+    rows += [("d", "null", "loss", 0, "auc", 0.52, 0.45, 0.59)]
+    bd = attack_breakdown(_metrics_frame(rows)).set_index("game")
+    x = np.array([0.6, 0.7, 0.65])
+    lo, hi = stats.t.interval(0.95, 2, loc=x.mean(), scale=stats.sem(x))
+    assert (bd.loc["adapt", "ci_low"], bd.loc["adapt", "ci_high"]) == pytest.approx((lo, hi))
+    assert (bd.loc["null", "ci_low"], bd.loc["null", "ci_high"]) == (0.45, 0.59)
+    assert bd.loc["null", "ci_kind"] == "stored per-seed CI (1 seed)"
+    assert bd.loc["adapt", "n_pos"] == 50

@@ -12,7 +12,9 @@ from sklearn.metrics import roc_auc_score, roc_curve
 from bench.errors import MetricError
 from bench.metrics import (
     MetricRow,
+    _stratified_resamples,
     bootstrap_auc_ci,
+    bootstrap_tpr_ci,
     clopper_pearson,
     membership_metrics,
     metric_name_for_fpr,
@@ -251,6 +253,88 @@ def test_bootstrap_rejects_bad_args():
         bootstrap_auc_ci([0, 1], [0.0, 1.0], alpha=1.5)
 
 
+# ---------------------------------------------------------------- bootstrap_tpr_ci
+
+
+def _reference_tpr_ci(y, s, fprs, n_boot, alpha, seed):
+    """Slow reference: per resample, call tpr_at_fpr on the resampled arrays (same resample indices)."""
+    pos, neg = s[y == 1], np.sort(s[y == 0])
+    vals = []
+    for pi, ni in _stratified_resamples(len(pos), len(neg), n_boot, seed):
+        for p_idx, n_idx in zip(pi, ni):
+            yy = np.r_[np.ones(len(p_idx), dtype=int), np.zeros(len(n_idx), dtype=int)]
+            ss = np.r_[pos[p_idx], neg[n_idx]]
+            vals.append([tpr_at_fpr(yy, ss, f)[0] for f in fprs])
+    vals = np.array(vals)
+    assert vals.shape == (n_boot, len(fprs))
+    q = np.quantile(vals, [alpha / 2, 1 - alpha / 2], axis=0)
+    return [(float(q[0, j]), float(q[1, j])) for j in range(len(fprs))], vals
+
+
+@pytest.mark.parametrize("decimals, n_neg", [(None, 120), (1, 120), (0, 60), (1, 7)])
+def test_bootstrap_tpr_equals_reference_loop(decimals, n_neg):
+    from bench.metrics import _bootstrap_tpr_values
+
+    rng = np.random.default_rng(21)
+    y = np.r_[np.ones(90, dtype=int), np.zeros(n_neg, dtype=int)]
+    s = rng.normal(size=len(y)) + 0.8 * y
+    if decimals is not None:
+        s = np.round(s, decimals)
+    fprs = [0.001, 0.01, 0.05, 0.1, 1 / 3, 0.5]  # 1/3: an exact k/n target for n_neg divisible by 3
+    want, want_vals = _reference_tpr_ci(y, s, fprs, n_boot=150, alpha=0.1, seed=4)
+    got_vals = _bootstrap_tpr_values(y, s, fprs, 150, 4)
+    np.testing.assert_array_equal(got_vals, want_vals)  # every resample, exactly
+    assert bootstrap_tpr_ci(y, s, fprs, n_boot=150, alpha=0.1, seed=4) == want
+    if decimals is not None and n_neg >= 60:
+        assert len(np.unique(s)) < len(s) / 3  # really tie-heavy, ties between members and non-members
+        assert np.isin(s[y == 1], s[y == 0]).mean() > 0.5
+    assert len(np.unique(want_vals[:, 2])) > 3  # the resamples differ: the check is not vacuous
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_bootstrap_tpr_contains_point_estimate(seed):
+    y, s = _data(600, shift=1.0, seed=seed)
+    fprs = (0.01, 0.05, 0.1)
+    cis = bootstrap_tpr_ci(y, s, fprs, n_boot=1000, seed=seed)
+    for f, (lo, hi) in zip(fprs, cis):
+        tpr = tpr_at_fpr(y, s, f)[0]
+        assert lo < tpr < hi
+        assert 0.0 <= lo < hi <= 1.0
+
+
+def test_bootstrap_tpr_wider_than_clopper_pearson_with_few_negatives():
+    # 300 members, 30 non-members: the threshold at 5% FPR (one false positive) rests on the top two
+    # non-members, whose sampling error a binomial interval on the members ignores.
+    rng = np.random.default_rng(5)
+    y = np.r_[np.ones(300, dtype=int), np.zeros(30, dtype=int)]
+    s = rng.normal(size=len(y)) + 1.0 * y
+    tpr = tpr_at_fpr(y, s, 0.05)[0]
+    cp_lo, cp_hi = clopper_pearson(round(tpr * 300), 300)
+    (lo, hi), = bootstrap_tpr_ci(y, s, [0.05], n_boot=1000, seed=0)
+    assert 0.05 < tpr < 0.95
+    assert hi - lo > 1.5 * (cp_hi - cp_lo)
+    row = {r.metric: r for r in membership_metrics(y, s, fprs=(0.05,), n_boot=1000)}["tpr@5%fpr"]
+    assert (row.ci_low, row.ci_high) == (lo, hi)
+
+
+def test_bootstrap_tpr_is_seeded():
+    y, s = _data(400, seed=8, decimals=1)
+    a = bootstrap_tpr_ci(y, s, [0.01, 0.05], n_boot=300, seed=3)
+    assert bootstrap_tpr_ci(y, s, [0.01, 0.05], n_boot=300, seed=3) == a
+    assert bootstrap_tpr_ci(y, s, [0.01, 0.05], n_boot=300, seed=4) != a
+    # one fpr at a time gives the same interval as all together (same resamples)
+    assert bootstrap_tpr_ci(y, s, [0.05], n_boot=300, seed=3) == [a[1]]
+
+
+def test_bootstrap_tpr_rejects_bad_args():
+    with pytest.raises(MetricError, match="outside"):
+        bootstrap_tpr_ci([0, 1], [0.0, 1.0], [0.0])
+    with pytest.raises(MetricError, match="no target FPR"):
+        bootstrap_tpr_ci([0, 1], [0.0, 1.0], [])
+    with pytest.raises(MetricError, match="n_boot"):
+        bootstrap_tpr_ci([0, 1], [0.0, 1.0], [0.1], n_boot=0)
+
+
 # ---------------------------------------------------------------- clopper_pearson
 
 
@@ -296,10 +380,12 @@ def test_membership_metrics_rows():
     assert by["tpr@0.1%fpr"].flag == "fpr_below_resolution"  # 0.001 < 1/100
     assert by["tpr@1%fpr"].flag is None  # 0.01 == 1/100 is measurable
     assert by["tpr@5%fpr"].flag is None
-    for f in (0.001, 0.01, 0.05):
+    # TPR intervals: the joint stratified bootstrap with the same seed and n_boot (not Clopper-Pearson)
+    cis = bootstrap_tpr_ci(y, s, (0.001, 0.01, 0.05), n_boot=200, seed=0)
+    for f, ci in zip((0.001, 0.01, 0.05), cis):
         r = by[metric_name_for_fpr(f)]
         assert r.value == tpr_at_fpr(y, s, f)[0]
-        assert (r.ci_low, r.ci_high) == clopper_pearson(round(r.value * 150), 150)
+        assert (r.ci_low, r.ci_high) == ci
         assert r.ci_low <= r.value <= r.ci_high
 
 
