@@ -60,14 +60,29 @@ class Track:
 
     @property
     def hash(self) -> str:
-        """Content hash of the frozen settings as resolved (defaults, plugin versions) and the game version."""
-        from bench.game import GAME_VERSION
-        from bench.suite import parse_suite
-        cfg = parse_suite(self.suite_raw(), path=self.path).config
-        frozen = {k: cfg[k] for k in ("seeds", "tasks", "models", "attacks", "games", "world", "reference",
-                                      "metrics", "utility", "shadows")}
-        return content_hash("track", self.name, frozen, cfg["defenses"], self.headline_game, GAME_VERSION,
-                            length=12)
+        """Content hash of what the track freezes: its settings as written, the resolved parameters and versions of
+        every task, attack and anchor plugin (defaults included), the resolved world, and the game version.
+
+        Models enter as written (name and parameters), not resolved: a released checkpoint resolves to a local
+        path, which must not make the same track hash differently on two machines."""
+        from bench.game import GAME_VERSION, WORLD_PARAMS
+        from bench.params import validate_params
+        from bench.registry import ATTACKS, DEFENSES, TASKS
+
+        def resolved(entries: list[Any], registry) -> list[dict]:
+            out = []
+            for e in entries:
+                e = {"name": e} if isinstance(e, str) else dict(e)
+                inst = registry.create(e["name"], e.get("params") or {})
+                out.append({"label": e.get("label", e["name"]), "name": e["name"], "version": inst.version,
+                            "params": inst.config})
+            return out
+
+        frozen = {k: self.raw[k] for k in FROZEN_KEYS if k in self.raw}
+        frozen.update(tasks=resolved(self.raw["tasks"], TASKS), attacks=resolved(self.raw["attacks"], ATTACKS),
+                      world=validate_params("world", WORLD_PARAMS, self.raw.get("world")))
+        return content_hash("track", self.name, frozen, resolved(self.anchors, DEFENSES), self.headline_game,
+                            GAME_VERSION, length=12)
 
 
 def _is_anchor_entry(entry: Any, anchors: list[Any]) -> bool:
