@@ -53,7 +53,10 @@ def _store(db: str, create: bool = True):
 
 @app.command()
 def run(
-    suite: str = typer.Option(..., "--suite", "-s", help="Bundled suite name (smoke, quick) or path to a YAML file."),
+    suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Bundled suite name (smoke, quick) or path to a "
+                                        "YAML file."),
+    track: Optional[str] = typer.Option(None, "--track", help="Run a track (`privbench tracks`) with its anchors only; "
+                                        "a suite naming the track adds defenses."),
     db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),
     cache: Optional[str] = typer.Option(None, "--cache", help="Artifact cache dir (default $PRIVBENCH_CACHE or "
                                                               "~/.cache/privbench)."),
@@ -73,8 +76,15 @@ def run(
     from bench.runner import Runner
     from bench.suite import load_suite
 
+    if (suite is None) == (track is None):
+        raise PrivbenchError("give exactly one of --suite (a bundled suite or a YAML file) and --track (a track "
+                             "name from `privbench tracks`)")
     runner_executor = make_executor(executor, ray_address=ray_address)
-    s = load_suite(suite)
+    if track is not None:
+        from bench.suite import parse_suite
+        s = parse_suite({"track": track, "defenses": []})
+    else:
+        s = load_suite(suite)
     store = _store(db)
     draw_secret = secrets.token_hex(16) if secret_draw else None
     runner = Runner(s, store, ArtifactCache(cache), command=" ".join(["privbench"] + sys.argv[1:]), quiet=quiet,
@@ -125,15 +135,22 @@ def _utility_table(rows: list[dict]) -> str:
     from bench.report import format_rows
     pivot: dict[tuple, dict] = {}
     for r in rows:
-        k = (r["task"], r["model"], r["seed"], r["role"], r["defense"], r["dataset"])
+        if r["dataset"] == "retained":  # utility retained belongs on its model's held-out row
+            if r["metric"] != "utility_retained":
+                continue
+            k = (r["task"], r["model"], r["seed"], r["role"], r["defense"], "heldout")
+            metric = "retained"
+        else:
+            k = (r["task"], r["model"], r["seed"], r["role"], r["defense"], r["dataset"])
+            metric = r["metric"]
         pivot.setdefault(k, {"task": k[0], "model": k[1], "seed": k[2], "role": k[3], "defense": k[4],
                              "data": k[5]})
-        pivot[k][r["metric"]] = r["value"]
-    cols = ["task", "model", "seed", "role", "defense", "data", "loss", "perplexity", "next_token_accuracy",
-            "rouge1", "rougeL", "train_seconds"]
+        pivot[k][metric] = r["value"]
+    cols = ["task", "model", "seed", "role", "defense", "data", "loss", "retained", "perplexity",
+            "next_token_accuracy", "rouge1", "rougeL", "train_seconds"]
     cols = [c for c in cols if any(c in row for row in pivot.values())]  # a measure no model reported is no column
-    return "utility (held-out, out-of-domain and matched-utility rows)\n" + format_rows(list(pivot.values()), "table",
-                                                                                        columns=cols)
+    return ("utility (held-out, out-of-domain and matched-utility rows; retained = share of fine-tuning's held-out "
+            "gain)\n" + format_rows(list(pivot.values()), "table", columns=cols))
 
 
 @app.command()
