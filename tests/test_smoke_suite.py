@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ from bench.game import GAMES
 from bench.store import Store
 
 ATTACKS = ["loss", "zlib", "min_k", "min_k_pp", "reference"]
-DEFENSES = ["finetune", "lora"]
+DEFENSES = ["none", "finetune", "lora"]
 
 
 def privbench(*args: str, env: dict, cwd: Path) -> subprocess.CompletedProcess:
@@ -32,13 +31,11 @@ def smoke(tmp_path_factory):
     root = tmp_path_factory.mktemp("smoke")
     env = dict(os.environ, PRIVBENCH_CACHE=str(root / "cache"))
     db = f"sqlite:///{root / 'results.db'}"
-    t0 = time.perf_counter()
     proc = privbench("run", "--suite", "smoke", "--db", db, "--quiet", env=env, cwd=root)
-    cold = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stderr[-3000:]
     shown = privbench("show", "--format", "json", "--db", db, env=env, cwd=root)
     assert shown.returncode == 0, shown.stderr
-    return {"root": root, "env": env, "db": db, "cold_seconds": cold, "report": proc.stdout,
+    return {"root": root, "env": env, "db": db, "report": proc.stdout,
             "rows": json.loads(shown.stdout)}
 
 
@@ -85,10 +82,17 @@ def test_utility_recorded_for_every_released_model(smoke):
     store = Store(smoke["db"], create=False)
     rows = store.utility_rows(store.resolve_run(None))
     roles = {(r["role"], r["defense"]) for r in rows if r["metric"] == "loss"}
-    assert roles == {("pretrained", "-"), ("reference", "-"), ("adapted", "finetune"), ("adapted", "lora")}
+    assert roles == {("pretrained", "-"), ("reference", "-"), ("adapted", "none"), ("adapted", "finetune"),
+                     ("adapted", "lora")}
     for r in rows:
         if r["metric"] == "perplexity":
             assert 1.0 < r["value"] < 8192
+    # the anchors: `none` releases θ (its loss is θ's), fine-tuning on the new domain lowers held-out loss clearly,
+    # and every adapted model has its utility retained against them
+    loss = {r["defense"]: r["value"] for r in rows if r["metric"] == "loss" and r["dataset"] == "heldout"}
+    assert loss["none"] == loss["-"] and loss["finetune"] <= loss["-"] - 0.3
+    retained = {r["defense"]: r["value"] for r in rows if r["metric"] == "utility_retained"}
+    assert retained["none"] == 0.0 and retained["finetune"] == 1.0 and 0.0 < retained["lora"] < 1.0
 
 
 def test_report_is_printed(smoke):
@@ -104,14 +108,19 @@ def test_rerun_same_database_adds_nothing(smoke):
     assert store.list_runs()[-1]["status"] == "complete"
 
 
-def test_warm_cache_is_five_times_faster_and_deterministic(smoke):
+def test_warm_cache_rebuilds_nothing_and_is_deterministic(smoke):
+    """A second database on the same cache trains no model and recomputes no signal: the cache directories are
+    unchanged (speed lives in docs/benchmarks.md, not in a timed test), and every metric is identical."""
     db2 = f"sqlite:///{smoke['root'] / 'second.db'}"
-    t0 = time.perf_counter()
+    cache = smoke["root"] / "cache"
+
+    def artifacts() -> set[str]:
+        return {str(p.relative_to(cache)) for p in cache.rglob("*") if p.is_file() and p.suffix != ".lock"}
+    before = artifacts()
     proc = privbench("run", "--suite", "smoke", "--db", db2, "--quiet", "--no-report", env=smoke["env"],
                      cwd=smoke["root"])
-    warm = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stderr
-    assert smoke["cold_seconds"] >= 5 * warm, (smoke["cold_seconds"], warm)
+    assert artifacts() == before
     shown = privbench("show", "--format", "json", "--db", db2, env=smoke["env"], cwd=smoke["root"])
     again = json.loads(shown.stdout)
     key = lambda r: (r["defense"], r["game"], r["attack"], r["metric"])  # noqa: E731
@@ -147,5 +156,5 @@ def test_smoke_matches_the_baseline(smoke):
     proc = privbench("compare", "--baseline", str(baseline), "--db", smoke["db"], "--suite", "smoke",
                      env=smoke["env"], cwd=smoke["root"])
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr
-    # 2 defenses x 7 games x 5 attacks = 70 AUC cells, plus loss and next-token accuracy of 4 released models
-    assert "no regressions" in proc.stdout and "compared 78 cells" in proc.stdout
+    # 3 defenses x 7 games x 5 attacks = 105 AUC cells, plus loss and next-token accuracy of 5 released models
+    assert "no regressions" in proc.stdout and "compared 115 cells" in proc.stdout
