@@ -22,6 +22,7 @@ import torch
 
 from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference, ensure_tokenizer, pretrains
 from bench.attack import evaluate_attack
+from bench.blind import applies_to as blind_applies, blind_baseline
 from bench.cache import ArtifactCache
 from bench.device import (configure_determinism, release_memory, score_bf16, select_device, set_threads,
                           tune_allocator)
@@ -567,6 +568,10 @@ class Runner:
                                   alpha=s.metrics["alpha"], seed=seed)
         if inst.spec.null_split:
             rows = flag_underpowered_null(rows)
+        if blind_applies(data):  # a known split: is a high AUC leakage, or members and non-members that differ?
+            rows += self._once(("blind", ch.world_key, inst.spec.name), lambda: blind_baseline(
+                [t.text for t in inst.targets], inst.labels, seed=seed, n_boot=s.metrics["n_boot"],
+                alpha=s.metrics["alpha"]))
         if ch.unit != "record":  # unit games: canary units vs ordinary units (source 002, Figure 6)
             from bench.units import canary_unit_metrics
             rows += canary_unit_metrics(inst.labels, scores, (ch.is_canary_unit(u) for u in inst.record_ids))

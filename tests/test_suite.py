@@ -52,14 +52,16 @@ def test_smoke_suite_loads():
     assert [g.name for g in s.games] == list(GAMES) and len(s.games) == 7
     assert [a.label for a in s.attacks] == SMOKE_ATTACKS
     assert [type(a.instance).name for a in s.attacks] == SMOKE_ATTACKS
-    assert [d.label for d in s.defenses] == ["finetune", "lora"]
+    assert [d.label for d in s.defenses] == ["none", "finetune", "lora"]
     assert [t.name for t in s.tasks] == ["mini_pile"]
     assert [m.name for m in s.models] == ["nano"] and s.models[0].pretrain_tokens == 250000
     assert s.seeds == [0] and s.reference is True
-    assert s.world == {"n_per_group": 60, "n_null": 500, "adapt_background": 60, "pretrain_target_repeats": 1,
+    assert s.world == {"n_per_group": 60, "n_null": 400, "adapt_background": 60, "pretrain_target_repeats": 1,
                        "adapt_target_repeats": None, "n_validation": 100}
     assert s.metrics["n_boot"] == 500 and s.metrics["alpha"] == 0.05  # given, and a default filled in
-    assert s.utility == {"n_heldout": 200, "n_generate": 24, "prompt_tokens": 32, "max_new_tokens": 32}
+    assert s.utility == {"n_heldout": 200, "n_generate": 24, "prompt_tokens": 32, "max_new_tokens": 32,
+                         "retained": None}
+    assert s.retained_anchor.label == "finetune"
 
 
 def test_config_hash_is_stable_and_tracks_changes(smoke_raw, tmp_path):
