@@ -32,7 +32,7 @@ def test_pick_is_closest_and_prefers_the_cheaper_on_ties():
 
 
 def test_match_is_validated():
-    with pytest.raises(ConfigError, match="needs target_loss"):
+    with pytest.raises(ConfigError, match="needs exactly one of target_loss"):
         _suite({"param": "epochs", "grid": [1]})
     with pytest.raises(ConfigError, match="epochs"):
         _suite({**MATCH, "grid": [0]})            # not a valid finetune configuration
@@ -62,3 +62,21 @@ def test_runner_keeps_the_value_closest_to_the_target(cache, tmp_path):
     want = max(losses, key=losses.get)  # target 100 nats: the candidate with the higher loss is closer
     assert got["chosen_epochs"] == want
     assert got["validation_loss"] == pytest.approx(losses[want], rel=1e-5)
+
+
+def test_match_to_another_defense_is_validated():
+    from bench.suite import parse_suite
+    from tests.test_runner import TINY
+    ok = dict(TINY, defenses=["finetune", {"name": "lora", "match": {"param": "epochs", "grid": [1, 2],
+                                                                      "target_defense": "finetune"}}])
+    assert parse_suite(ok).defenses[1].match["target_defense"] == "finetune"
+    for target in ("nope", "lora"):   # unknown, or itself (a matched defense)
+        bad = dict(TINY, defenses=["finetune", {"name": "lora", "match": {"param": "epochs", "grid": [1, 2],
+                                                                           "target_defense": target}}])
+        with pytest.raises(ConfigError, match="is not an unmatched defense of this suite"):
+            parse_suite(bad)
+    both = dict(TINY, defenses=["finetune", {"name": "lora", "match": {"param": "epochs", "grid": [1],
+                                                                        "target_defense": "finetune",
+                                                                        "target_loss": 5.0}}])
+    with pytest.raises(ConfigError, match="exactly one of target_loss"):
+        parse_suite(both)
