@@ -49,6 +49,10 @@ class Registry(Generic[T]):
             if existing is not None and existing is not cls and _qualname(existing) != _qualname(cls):
                 raise RegistryError(
                     f"{self.kind} '{name}' is registered twice ({_qualname(existing)} and {_qualname(cls)}): rename one")
+            clash = reserved_param_names(cls) & {p.name for p in getattr(cls, "params", ())}
+            if clash:
+                raise RegistryError(f"{self.kind} '{name}': parameter(s) {sorted(clash)} would shadow the plugin API "
+                                    f"({_qualname(cls)}): rename them (e.g. '{sorted(clash)[0]}_value')")
             cls.name = name
             cls.kind = self.kind
             self._classes[name] = cls
@@ -104,6 +108,13 @@ class Registry(Generic[T]):
     def origin(self, name: str) -> str:
         self._ensure_loaded()
         return self._origin.get(name, "builtin")
+
+
+def reserved_param_names(cls: type) -> set[str]:
+    """Names a plugin parameter may not take: every attribute of privbench's contract classes the plugin derives
+    from (``name``, ``score``, ``reference``, ``adapt``, ``config``, ...), since parameters become attributes."""
+    return {a for b in cls.__mro__ if b.__module__.startswith("bench.") for a in vars(b)
+            if not a.startswith("__")} | {"config", "key"}
 
 
 def _qualname(cls: type) -> str:
