@@ -121,6 +121,23 @@ def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
+#: subcommands of `privbench` that plugin packages provide, as "module:attribute" of a typer app; the core adds them
+#: without importing the package itself (the entry point group ``privbench.cli`` adds more)
+CLI_EXTENSIONS = {"data": "tasks.cli:data_app"}
+
+
+def cli_extensions() -> dict[str, Any]:
+    """Name -> typer app of every command-line extension: the built-in ones, then installed entry points."""
+    out: dict[str, Any] = {}
+    for name, ref in CLI_EXTENSIONS.items():
+        module, _, attr = ref.partition(":")
+        out[name] = getattr(importlib.import_module(module), attr)
+    for ep in entry_points(group="privbench.cli"):
+        if ep.name not in out:
+            out[ep.name] = ep.load()
+    return out
+
+
 ATTACKS: Registry = Registry("attack")
 DEFENSES: Registry = Registry("defense")
 TASKS: Registry = Registry("task")

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.defense import Defense, TrainContext
+from bench.defense import Adapted, Defense, TrainContext
 from bench.errors import ConfigError
 from bench.params import Param
 from bench.registry import register_defense
@@ -174,7 +174,7 @@ class Hush(Defense):
                         "accounting_seconds": round(account_s, 3), "ledger": ledger.summary(),
                         "secrets": ledger.secrets,
                         "empirical_rate_mean_abs_error": float(np.abs(samples / steps - rho).mean())}
-        return out
+        return Adapted(out, self._report, self.guarantee())
 
     def guarantee(self) -> dict[str, Any] | None:
         if self._ledger is None:

@@ -14,7 +14,7 @@ from attacks.extraction import (
     KExtractionAttack, PIIExtractionAttack, TTEAttack, _count_tokens, accuracy_coverage_auc, extraction_metrics,
     leading_digits_matched,
 )
-from bench.attack import run_attack
+from bench.attack import evaluate_attack, run_attack
 from bench.errors import CapabilityError, MetricError
 from bench.game import AttackerView, Target
 from bench.lm import ALL_CAPABILITIES, LanguageModel, RestrictedModel
@@ -272,13 +272,14 @@ def test_tte_acc_per_target_and_confidences_with_and_without_top1_logprob():
     for flag in (True, False):
         model = MemorisingLM(MEMORISED, with_top1_logprob=flag)
         att = TTEAttack()
-        scores = run_attack(att, view_of(model, texts))
+        out = evaluate_attack(att, view_of(model, texts))
+        scores = out.scores
         # first token of every text follows the empty context: the fake recalls "the" (first memorised text)
         assert scores[0] == 1.0
         assert scores[1] == pytest.approx(15 / 16)          # "a" is not recalled after an empty prefix
         assert scores[2] == 0.0 and scores[3] == 0.0
         assert scores[4] == pytest.approx(4 / 5)
-        d = att.last_details
+        d = out.details
         assert [len(c) for c in d["correct"]] == [len(tokenize(t)) for t in texts]
         assert [c.mean() for c in d["correct"]] == pytest.approx(scores.tolist())
         results[flag] = (scores, d)
@@ -298,12 +299,13 @@ def test_tte_metrics_pool_tokens_per_class():
     att = TTEAttack()
     texts = MEMORISED[:2] + UNSEEN
     labels = [1, 1, 0, 0]
-    scores = run_attack(att, view_of(model, texts))
-    rows = {r.metric: r for r in extraction_metrics(labels, scores, "tte", details=att.last_details)}
+    out = evaluate_attack(att, view_of(model, texts))
+    scores, details = out.scores, out.details
+    rows = {r.metric: r for r in extraction_metrics(labels, scores, "tte", details=details)}
     assert rows["tte_acc_pos"].value == pytest.approx((1 + 15 / 16) / 2)
     assert rows["tte_acc_neg"].value == 0.0
-    corr = np.concatenate(att.last_details["correct"][:2])
-    conf = np.concatenate(att.last_details["confidence"][:2])
+    corr = np.concatenate(details["correct"][:2])
+    conf = np.concatenate(details["confidence"][:2])
     assert rows["tte_token_acc_pos"].value == pytest.approx(corr.mean())
     assert rows["tte_coverage_auc_pos"].value == pytest.approx(accuracy_coverage_auc(corr, conf))
     # the one miss among members ("a" after the empty prefix) is as confident as the hits: AUC = ACC there
@@ -311,7 +313,7 @@ def test_tte_metrics_pool_tokens_per_class():
     assert rows["tte_coverage_auc_neg"].value == 0.0
     assert "tte_coverage_auc_pos" not in {r.metric for r in extraction_metrics(labels, scores, "tte")}
     with pytest.raises(MetricError, match="details"):
-        extraction_metrics(labels[:3], scores[:3], "tte", details=att.last_details)
+        extraction_metrics(labels[:3], scores[:3], "tte", details=details)
 
 
 # -- metrics and contract --------------------------------------------------------------------------
