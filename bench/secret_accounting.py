@@ -27,6 +27,7 @@ computation exactly.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -138,6 +139,15 @@ def _components(pmf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return sup, wts / wts.sum()
 
 
+
+@functools.lru_cache(maxsize=4)
+def _gauss_hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Hermite nodes and weights, computed once: they cost most of a KL evaluation and never change."""
+    t, w = np.polynomial.hermite.hermgauss(n)
+    t.setflags(write=False)
+    w.setflags(write=False)
+    return t, w
+
 def mixture_kl(pmf: np.ndarray, sigma: float, direction: str = "both") -> float:
     """Per-step KL between P = Σ_s π_s N(s, σ²) and Q = N(0, σ²) (sensitivities in units of the clip norm).
 
@@ -153,7 +163,7 @@ def mixture_kl(pmf: np.ndarray, sigma: float, direction: str = "both") -> float:
     sup, wts = _components(np.asarray(pmf, dtype=float))
     if len(sup) == 1 and sup[0] == 0:
         return 0.0
-    t, gw = np.polynomial.hermite.hermgauss(_GH_NODES)
+    t, gw = _gauss_hermite(_GH_NODES)
     gw = gw / math.sqrt(math.pi)
     logw = np.log(wts)
 

@@ -1,0 +1,494 @@
+"""Privacy auditing: turn membership-attack results into a statistically valid LOWER bound on ε.
+
+Why: a DP defense *claims* an upper bound (ε, δ) on the privacy loss of a release. An attack can only ever
+show a lower bound, and only a lower bound that holds at a stated confidence is evidence: a point estimate
+such as log(TPR/FPR) at the best threshold is biased upwards (the best of many noisy thresholds), so it
+would "refute" correct DP implementations by chance. Everything here returns ε_lb such that, if the release
+is really (ε, δ)-DP, ``P(ε_lb > ε) <= 1 - confidence``; :func:`claim_check` then compares it with the claim.
+
+Two procedures, for two experimental designs:
+
+* :func:`epsilon_lower_bound` — the classical audit (Jagielski, Ullman and Oprea 2020, "Auditing
+  differentially private machine learning: how private is private SGD?"; Nasr, Song, Thakurta, Papernot
+  and Carlini 2021, "Adversary instantiation: lower bounds for differentially private machine learning";
+  Nasr, Hayes, Steinke, Balle, Tramèr, Jagielski, Carlini and Terzis 2023, "Tight auditing of
+  differentially private machine learning"). It needs every score to be an *independent* trial of the
+  membership game (typically one training run per trial), members' scores i.i.d. from one distribution
+  and non-members' from another. Clopper–Pearson bounds on the TPR and FPR of each threshold, corrected
+  for the choice of threshold.
+* :func:`one_run_audit` / :func:`best_one_run_audit` — auditing with one training run (Steinke, Nasr and
+  Jagielski 2023, "Privacy auditing with one (1) training run", NeurIPS 2023). Many canaries are trained
+  on at once, *each included independently with probability 1/2*; their scores need not be independent.
+
+Conventions are those of :mod:`bench.metrics`: label 1 = member, higher score = more likely member,
+"member" is predicted iff ``score >= threshold`` and tied scores switch together.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import numpy as np
+from scipy.special import expit
+from scipy.stats import beta, binom
+
+from bench.errors import MetricError
+from bench.metrics import roc_curve_points, validate_scores
+
+__all__ = [
+    "epsilon_lower_bound",
+    "one_run_guesses",
+    "one_run_p_value",
+    "one_run_epsilon_lb",
+    "one_run_audit",
+    "best_one_run_audit",
+    "claim_check",
+]
+
+#: width (in ε) at which the bisection for the one-run bound stops; the lower end is returned
+_EPS_TOL = 1e-9
+#: grid points scanned for the first crossing of the one-run p-value when δ > 0 (see one_run_epsilon_lb)
+_SCAN_POINTS = 64
+
+
+# ----------------------------------------------------------------------------------------- validation
+
+
+def _check_delta(delta: float) -> float:
+    try:
+        d = float(delta)
+    except (TypeError, ValueError):
+        raise MetricError(f"delta={delta!r} is not a number: pass the δ of the claim, e.g. delta=1e-5") from None
+    if not (0.0 <= d < 1.0) or math.isnan(d):
+        raise MetricError(f"delta={delta!r} is outside [0, 1): pass the δ of the claim, e.g. delta=1e-5")
+    return d
+
+
+def _check_confidence(confidence: float) -> float:
+    try:
+        c = float(confidence)
+    except (TypeError, ValueError):
+        raise MetricError(f"confidence={confidence!r} is not a number: use e.g. confidence=0.95") from None
+    if not (0.0 < c < 1.0):
+        raise MetricError(f"confidence={confidence!r} is outside (0, 1): use e.g. confidence=0.95")
+    return c
+
+
+def _check_count(name: str, value, minimum: int = 0) -> int:
+    """An integer count >= minimum (bools and non-integral floats are refused: they hide caller bugs)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
+        raise MetricError(f"{name}={value!r} is not an integer: pass a whole count such as {name}={max(minimum, 1)}")
+    if int(value) < minimum:
+        raise MetricError(f"{name}={value} is below {minimum}: pass a count of at least {minimum}")
+    return int(value)
+
+
+# ------------------------------------------------------------------------ classical (many-run) audit
+
+
+def _cp_lower(k: np.ndarray, n: int, a: float) -> np.ndarray:
+    """One-sided Clopper–Pearson lower bound on p from k successes of n, each at error level ``a``.
+
+    Closed forms at the ends (0 at k = 0, a**(1/n) at k = n) keep the extremes exact for tiny ``a``.
+    """
+    k = np.asarray(k, dtype=np.int64)
+    out = np.zeros(k.shape)
+    mid = (k > 0) & (k < n)
+    out[mid] = beta.ppf(a, k[mid], n - k[mid] + 1)
+    out[k == n] = math.exp(math.log(a) / n)
+    return out
+
+
+def _cp_upper(k: np.ndarray, n: int, a: float) -> np.ndarray:
+    """One-sided Clopper–Pearson upper bound on p from k successes of n, each at error level ``a``.
+
+    Always > 0: at k = 0 it is 1 - a**(1/n), computed as -expm1(log(a)/n) so it cannot round to 0;
+    this is why a zero false-positive count never divides by zero in :func:`epsilon_lower_bound`.
+    """
+    k = np.asarray(k, dtype=np.int64)
+    out = np.ones(k.shape)
+    mid = (k > 0) & (k < n)
+    out[mid] = beta.isf(a, k[mid] + 1, n - k[mid])
+    out[k == 0] = -math.expm1(math.log(a) / n)
+    return out
+
+
+def _log_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """log(num / den) where num > 0, -inf elsewhere (a non-positive numerator gives no bound)."""
+    out = np.full(num.shape, -np.inf)
+    ok = num > 0
+    out[ok] = np.log(num[ok]) - np.log(den[ok])
+    return out
+
+
+def epsilon_lower_bound(labels, scores, *, delta: float, confidence: float = 0.95) -> dict:
+    """Empirical lower bound on ε from one membership game's ROC, valid at ``confidence``.
+
+    Why this form: if the release is (ε, δ)-DP then every rejection rule S satisfies
+    TPR(S) <= e^ε FPR(S) + δ and, swapping the roles of the classes, TNR(S) <= e^ε FNR(S) + δ
+    (Dwork and Roth 2014, "The algorithmic foundations of differential privacy", def. 2.4; used for audits
+    by Jagielski, Ullman and Oprea 2020 and Nasr et al. 2021, 2023). So at each threshold t
+
+        ε_t = max( log((TPR_lo − δ) / FPR_hi), log((TNR_lo − δ) / FNR_hi) )
+
+    is a lower bound on ε whenever the Clopper–Pearson bounds hold (TPR_lo <= TPR, FPR_hi >= FPR; note that
+    TNR_lo = 1 − FPR_hi and FNR_hi = 1 − TPR_lo for the same threshold). A non-positive numerator gives no
+    bound at t. The result is max(0, max_t ε_t).
+
+    Correction for the choice of threshold (Bonferroni): every one-sided Clopper–Pearson bound is taken at
+    level a = (1 − confidence) / (2 (n_pos + n_neg)). Why this count: the first form is maximised, for each
+    false-positive count j < n_neg, at the ROC point {score > j+1-th highest non-member score}; that
+    threshold depends on the non-members only, so the members' count there is an exact binomial, and the
+    non-members' true FPR there is a uniform order statistic for which the Clopper–Pearson upper bound is
+    exact. The second form likewise needs n_pos thresholds set by the members. Each of these
+    n_pos + n_neg thresholds can fail through two bounds, so 2 (n_pos + n_neg) events at level a each fail
+    with total probability <= 1 − confidence. The count is fixed before the scores are seen (a count of
+    the *realised* distinct thresholds would not be: thresholds placed at the data are data-dependent).
+    Bonferroni rather than a held-out split because it is deterministic (the same scores always give the
+    same bound, which a leaderboard needs) and uses every sample; its price grows only like
+    log(n_pos + n_neg) in the bound's width. For continuous scores this argument is exact; with tied
+    scores the same count still upper-bounds the number of distinct thresholds.
+
+    Assumption a caller must meet: every score is an independent trial of the membership game (e.g. one
+    training run per trial). Scores of many canaries from ONE model are not independent trials; use
+    :func:`one_run_audit` for that design.
+
+    Returns a dict: epsilon_lb (0.0 if no threshold gives a positive bound), threshold (predict member iff
+    score >= threshold; None without a bound), side ("member": first form, "non-member": second form),
+    tpr_lo, fpr_hi, tnr_lo, fnr_hi (at that threshold, None without a bound), confidence, delta,
+    correction ("bonferroni"), k_thresholds, alpha_per_bound, n_pos, n_neg.
+    """
+    d = _check_delta(delta)
+    c = _check_confidence(confidence)
+    y, _ = validate_scores(labels, scores)
+    n_pos = int(y.sum())
+    n_neg = int(len(y) - n_pos)
+    fpr, tpr, thr = roc_curve_points(labels, scores)
+    fp = np.rint(fpr * n_neg).astype(np.int64)
+    tp = np.rint(tpr * n_pos).astype(np.int64)
+
+    k = n_pos + n_neg
+    a = (1.0 - c) / (2.0 * k)
+    tpr_lo = _cp_lower(tp, n_pos, a)
+    fpr_hi = _cp_upper(fp, n_neg, a)
+    # Clopper–Pearson is symmetric (tnr_lo = 1 − fpr_hi, fnr_hi = 1 − tpr_lo: the same two events), but computing
+    # the complements directly keeps fnr_hi > 0 exact instead of 1 − (a number that may round to 1)
+    tnr_lo = _cp_lower(n_neg - fp, n_neg, a)
+    fnr_hi = _cp_upper(n_pos - tp, n_pos, a)
+    eps_member = _log_ratio(tpr_lo - d, fpr_hi)
+    eps_nonmember = _log_ratio(tnr_lo - d, fnr_hi)
+    eps_t = np.maximum(eps_member, eps_nonmember)
+
+    result = {
+        "epsilon_lb": 0.0,
+        "threshold": None,
+        "side": None,
+        "tpr_lo": None,
+        "fpr_hi": None,
+        "tnr_lo": None,
+        "fnr_hi": None,
+        "confidence": c,
+        "delta": d,
+        "correction": "bonferroni",
+        "k_thresholds": k,
+        "alpha_per_bound": a,
+        "n_pos": n_pos,
+        "n_neg": n_neg,
+    }
+    i = int(np.argmax(eps_t))
+    if eps_t[i] > 0.0:
+        result.update(
+            epsilon_lb=float(eps_t[i]),
+            threshold=float(thr[i]),
+            side="member" if eps_member[i] >= eps_nonmember[i] else "non-member",
+            tpr_lo=float(tpr_lo[i]),
+            fpr_hi=float(fpr_hi[i]),
+            tnr_lo=float(tnr_lo[i]),
+            fnr_hi=float(fnr_hi[i]),
+        )
+    return result
+
+
+# ------------------------------------------------------------------------------------ one-run audit
+
+
+def one_run_guesses(scores, k_plus: int, k_minus: int, *, seed: int | None = None) -> np.ndarray:
+    """The auditor's guesses: +1 ("in") for the k_plus highest scores, −1 ("out") for the k_minus lowest, 0 else.
+
+    Why ties need care: the guesses must be a function of the scores alone (Steinke, Nasr and Jagielski
+    2023 require T = A(M(S))). Breaking ties by position would leak the labels whenever the caller's order
+    follows membership (members first), and inflate the audit. So, with ``seed=None``, a block of tied
+    scores that straddles a cut is not guessed at all (fewer than k_plus / k_minus guesses are made); with
+    an integer ``seed``, ties are broken by an independent random permutation (needed for discrete scores,
+    e.g. randomized response, where whole halves of the canaries tie).
+    """
+    try:
+        s = np.asarray(scores, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise MetricError(f"scores are not numeric ({exc}): pass one number per canary") from None
+    if s.ndim != 1 or len(s) == 0:
+        raise MetricError(f"scores must be a non-empty 1-D array (got shape {s.shape}): pass one score per canary")
+    if not np.isfinite(s).all():
+        n_bad = int((~np.isfinite(s)).sum())
+        raise MetricError(f"{n_bad} of {len(s)} scores are NaN or infinite: the attack must return finite scores")
+    kp = _check_count("k_plus", k_plus)
+    km = _check_count("k_minus", k_minus)
+    m = len(s)
+    if kp + km == 0:
+        raise MetricError("k_plus + k_minus = 0 makes no guess: guess at least one canary, e.g. k_plus=k_minus=m//10")
+    if kp + km > m:
+        raise MetricError(
+            f"k_plus + k_minus = {kp + km} exceeds the {m} canaries: guess each canary at most once"
+        )
+    if seed is not None:
+        # rank by (score, independent random key): a strict order that carries no label information
+        key = np.random.default_rng(seed).permutation(m)
+        order = np.lexsort((key, s))  # ascending
+        rank_asc = np.empty(m, dtype=np.int64)
+        rank_asc[order] = np.arange(m)
+        guesses = np.zeros(m, dtype=np.int8)
+        guesses[rank_asc >= m - kp] = 1
+        guesses[rank_asc < km] = -1
+        return guesses
+    srt = np.sort(s)
+    n_ge = m - np.searchsorted(srt, s, side="left")  # how many scores are >= each score
+    n_le = np.searchsorted(srt, s, side="right")  # how many scores are <= each score
+    guesses = np.zeros(m, dtype=np.int8)
+    # n_ge + n_le >= m + 1, so with kp + km <= m no canary satisfies both
+    guesses[n_ge <= kp] = 1
+    guesses[n_le <= km] = -1
+    return guesses
+
+
+def one_run_p_value(
+    n_correct: int, n_guesses: int, epsilon: float, *, delta: float = 0.0, n_canaries: int | None = None
+) -> float:
+    """Upper bound on P[at least n_correct of n_guesses guesses are right] for an (ε, δ)-DP release.
+
+    Steinke, Nasr and Jagielski 2023, main theorem (section 3; the same bound is their appendix code's
+    ``p_value_DP_audit``): with m canaries each included with probability 1/2,
+    at most r guesses and W the number of correct ones,
+
+        P[W >= v] <= P[Binomial(r, q) >= v] + 2 m δ · max_{i = 1..v} (1/i) P[v − i <= Binomial(r, q) < v],
+
+    with q = e^ε / (1 + e^ε), the accuracy of ε-DP randomized response. For δ = 0 this is the stochastic
+    domination of W by Binomial(r, q). The maximum over i may stop at v: for i > v the probability no
+    longer grows while 1/i shrinks. Capped at 1.
+    """
+    v = _check_count("n_correct", n_correct)
+    r = _check_count("n_guesses", n_guesses, 1)
+    if v > r:
+        raise MetricError(f"n_correct={v} exceeds n_guesses={r}: count correct guesses among the guesses made")
+    try:
+        eps = float(epsilon)
+    except (TypeError, ValueError):
+        eps = math.nan
+    if not (0.0 <= eps < math.inf):
+        raise MetricError(f"epsilon={epsilon!r} must be a finite number >= 0: test a DP level such as epsilon=1.0")
+    d = _check_delta(delta)
+    m = _check_canaries(n_canaries, r, d)
+    return _one_run_p(v, r, eps, d, m)
+
+
+def _check_canaries(n_canaries, r: int, d: float) -> int:
+    if n_canaries is None:
+        if d > 0.0:
+            raise MetricError(
+                "delta > 0 needs n_canaries: the δ term of Steinke et al. 2023 scales with the number m of "
+                "canaries (guessed or not); pass n_canaries=m"
+            )
+        return r
+    m = _check_count("n_canaries", n_canaries, 1)
+    if m < r:
+        raise MetricError(f"n_canaries={m} is below n_guesses={r}: each canary is guessed at most once")
+    return m
+
+
+def _one_run_p(v: int, r: int, eps: float, d: float, m: int) -> float:
+    q = float(expit(eps))
+    p = float(binom.sf(v - 1, r, q))
+    if d > 0.0 and v > 0:
+        pmf_down = binom.pmf(np.arange(v - 1, -1, -1), r, q)  # pmf(v−1), pmf(v−2), ..., pmf(0)
+        alpha = float(np.max(np.cumsum(pmf_down) / np.arange(1, v + 1)))
+        p += 2.0 * m * d * alpha
+    return min(p, 1.0)
+
+
+def one_run_epsilon_lb(
+    n_correct: int,
+    n_guesses: int,
+    *,
+    delta: float = 0.0,
+    confidence: float = 0.95,
+    n_canaries: int | None = None,
+) -> float:
+    """Largest ε rejected at ``confidence`` by the one-run test: the audit's lower bound on ε (0.0 if none).
+
+    ε is rejected when :func:`one_run_p_value` <= 1 − confidence. Why this is a valid lower bound: if the
+    release is (ε*, δ)-DP, let R be the set of counts v at which ε* is rejected; then
+    P[W ∈ R] <= P[W >= min R] <= p(min R) <= 1 − confidence, whatever the shape of p in v.
+
+    Search: for δ = 0 the p-value P[Binomial(r, q) >= v] increases with q, hence with ε, so plain
+    bisection finds the crossing exactly. For δ > 0 the paper's code also bisects, but monotonicity of the
+    δ term in ε is not proved there, so we first scan a grid of ε values for the *first* ε that is not
+    rejected and bisect only below it: the returned bound never skips over an ε that is not rejected
+    (up to the grid's resolution). The lower end of the final bracket is returned (width 1e-9).
+
+    ``n_canaries`` (m, all canaries, guessed or not) is needed only when δ > 0.
+    """
+    v = _check_count("n_correct", n_correct)
+    r = _check_count("n_guesses", n_guesses, 1)
+    if v > r:
+        raise MetricError(f"n_correct={v} exceeds n_guesses={r}: count correct guesses among the guesses made")
+    d = _check_delta(delta)
+    c = _check_confidence(confidence)
+    m = _check_canaries(n_canaries, r, d)
+    level = 1.0 - c
+
+    def rejected(eps: float) -> bool:
+        return _one_run_p(v, r, eps, d, m) <= level
+
+    if not rejected(0.0):
+        return 0.0
+    hi = 1.0
+    while rejected(hi):  # q = expit(ε) reaches 1.0 in floating point near ε ≈ 37, where p = 1: terminates
+        hi *= 2.0
+    lo = 0.0
+    if d > 0.0:
+        for e in np.linspace(0.0, hi, _SCAN_POINTS + 1)[1:]:
+            if not rejected(float(e)):
+                hi = float(e)
+                break
+            lo = float(e)
+    while hi - lo > _EPS_TOL:
+        mid = 0.5 * (lo + hi)
+        if rejected(mid):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def one_run_audit(
+    labels,
+    scores,
+    *,
+    k_plus: int,
+    k_minus: int,
+    delta: float,
+    confidence: float = 0.95,
+    seed: int | None = None,
+) -> dict:
+    """One-run audit (Steinke, Nasr and Jagielski 2023): guess the extremes, count hits, bound ε.
+
+    ``labels`` are the canaries' inclusion coins (1 = trained on), which MUST have been drawn independently
+    with probability 1/2 each — a fixed half/half split does not meet the theorem's assumption. The bound
+    uses r = k_plus + k_minus, fixed in advance, even when ties make fewer guesses (``seed=None``): the
+    theorem needs a bound on the number of guesses that does not depend on the outcome, and a smaller
+    realised r would give a larger, unjustified ε.
+
+    Returns: epsilon_lb, n_canaries (m), k_plus, k_minus, n_guesses (r used in the bound), n_guesses_made,
+    n_correct (v), n_correct_plus, n_correct_minus, delta, confidence.
+    """
+    d = _check_delta(delta)
+    c = _check_confidence(confidence)
+    y, s = validate_scores(labels, scores)
+    g = one_run_guesses(s, k_plus, k_minus, seed=seed)
+    hit_plus = int(((g == 1) & (y == 1)).sum())
+    hit_minus = int(((g == -1) & (y == 0)).sum())
+    m = len(y)
+    r = int(k_plus) + int(k_minus)
+    v = hit_plus + hit_minus
+    return {
+        "epsilon_lb": one_run_epsilon_lb(v, r, delta=d, confidence=c, n_canaries=m),
+        "n_canaries": m,
+        "k_plus": int(k_plus),
+        "k_minus": int(k_minus),
+        "n_guesses": r,
+        "n_guesses_made": int((g != 0).sum()),
+        "n_correct": v,
+        "n_correct_plus": hit_plus,
+        "n_correct_minus": hit_minus,
+        "delta": d,
+        "confidence": c,
+    }
+
+
+def best_one_run_audit(
+    labels,
+    scores,
+    *,
+    delta: float,
+    confidence: float = 0.95,
+    grid: Iterable[tuple[int, int]],
+    seed: int | None = None,
+) -> dict:
+    """The best one-run audit over a grid of (k_plus, k_minus), Bonferroni-corrected over the grid.
+
+    Why the correction: taking the largest of G bounds, each valid at confidence c, is valid only at
+    1 − G (1 − c). Each grid point is therefore audited at confidence 1 − (1 − confidence) / G, so the
+    maximum holds at ``confidence`` (union bound). Duplicate grid points are counted once (the same test
+    twice is one test). The grid must be fixed without looking at the labels.
+
+    Returns the winning :func:`one_run_audit` dict with ``confidence`` set to the overall level, plus
+    correction ("bonferroni"), grid_size (G) and confidence_each.
+    """
+    c = _check_confidence(confidence)
+    try:
+        pairs = list(dict.fromkeys((kp, km) for kp, km in grid))
+    except (TypeError, ValueError):
+        raise MetricError(
+            "grid must be an iterable of (k_plus, k_minus) pairs: pass e.g. grid=[(100, 100), (200, 0)]"
+        ) from None
+    if not pairs:
+        raise MetricError("grid is empty: pass at least one (k_plus, k_minus) pair, e.g. grid=[(100, 100)]")
+    g = len(pairs)
+    c_each = 1.0 - (1.0 - c) / g
+    best = None
+    for kp, km in pairs:
+        res = one_run_audit(labels, scores, k_plus=kp, k_minus=km, delta=delta, confidence=c_each, seed=seed)
+        if best is None or res["epsilon_lb"] > best["epsilon_lb"]:
+            best = res
+    best = dict(best)
+    best.update(confidence=c, correction="bonferroni", grid_size=g, confidence_each=c_each)
+    return best
+
+
+# ------------------------------------------------------------------------------------------ claims
+
+
+def claim_check(claimed_epsilon: float, audited: dict, *, claimed_delta: float | None = None) -> dict:
+    """Does the audit refute the claim? violated iff epsilon_lb > claimed_epsilon.
+
+    The audited bound already holds at its confidence, so a violation is significant at that confidence
+    (no further correction — unless the caller checks many claims or audits and reports the worst).
+    An audit at δ_a refutes an (ε, δ) claim only if δ_a >= δ (an (ε, δ)-DP release is also (ε, δ_a)-DP
+    then); pass ``claimed_delta`` to have that checked.
+    """
+    try:
+        eps_c = float(claimed_epsilon)
+    except (TypeError, ValueError):
+        raise MetricError(f"claimed_epsilon={claimed_epsilon!r} is not a number: pass the defense's ε") from None
+    if not (eps_c >= 0.0):
+        raise MetricError(f"claimed_epsilon={claimed_epsilon!r} must be >= 0 (or inf): pass the defense's ε")
+    if not isinstance(audited, dict) or "epsilon_lb" not in audited:
+        raise MetricError(
+            "audited has no 'epsilon_lb': pass the dict returned by epsilon_lower_bound or one_run_audit"
+        )
+    lb = float(audited["epsilon_lb"])
+    if claimed_delta is not None:
+        dc = _check_delta(claimed_delta)
+        da = audited.get("delta")
+        if da is None or float(da) < dc:
+            raise MetricError(
+                f"the audit used delta={da!r}, below the claimed delta={dc}: it tests a stronger guarantee than "
+                "claimed; rerun the audit with delta equal to the claimed δ"
+            )
+    return {
+        "claimed": eps_c,
+        "epsilon_lb": lb,
+        "violated": bool(lb > eps_c),
+        "confidence": audited.get("confidence"),
+        "delta": audited.get("delta"),
+    }
