@@ -176,6 +176,11 @@ class Hush(Defense):
                         "empirical_rate_mean_abs_error": float(np.abs(samples / steps - rho).mean())}
         return Adapted(out, self._report, self.guarantee())
 
+    @classmethod
+    def paper_comparison(cls, seed: int = 0) -> list[dict]:
+        """The c sweep of Ganesh et al.'s Figure 1 on a world shaped like their section 5.1 (``privbench trends``)."""
+        return paper_sweep(*paper_world(seed=seed))
+
     def guarantee(self) -> dict[str, Any] | None:
         if self._ledger is None:
             return None
