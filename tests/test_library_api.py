@@ -30,7 +30,7 @@ def test_the_contract_is_importable_from_privbench():
 
 def test_evaluate_runs_a_suite_and_returns_frames(cache):
     import privbench
-    from tests.test_runner import TINY
+    from worlds import TINY
     r = privbench.evaluate(dict(TINY), db=None, cache=cache.root)
     assert r.status == "complete" and r.run_id >= 1
     assert {"defense", "game", "attack", "metric", "value"} <= set(r.metrics.columns)
