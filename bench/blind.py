@@ -8,9 +8,11 @@ A high attack AUC on such a game can then be distribution shift, not leakage.
 The challenger (who holds the labels) computes it next to every game of a task whose pretraining membership comes
 from the data (a known split, :func:`applies_to`): cross-fitted TF-IDF (word 1–2-grams and character 3–5-grams)
 logistic regression on the game's own texts and labels, every text scored by a model that never saw its label.
-Its AUC row is flagged ``distribution_shift`` when it exceeds :data:`BLIND_AUC_THRESHOLD`. On worlds the
-challenger draws itself (one pool, a seeded permutation) members and non-members are exchangeable, so the
-baseline sits at 0.5 by construction there; it is computed only where the split is given.
+Its AUC row is flagged ``distribution_shift`` when it exceeds :data:`BLIND_AUC_THRESHOLD` and its bootstrap
+interval excludes 0.5 (a point estimate alone flags about one shift-free game in four at 80 per side). On worlds
+the challenger draws itself (one pool, a seeded permutation) members and non-members are exchangeable, so the
+baseline sits at 0.5 by construction there; it is computed only where the split is given (it can still be called
+on any game as a control).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from bench.errors import MetricError
-from bench.metrics import MetricRow, membership_metrics
+from bench.metrics import MetricRow, membership_metrics, validate_scores
 
 #: a blind AUC above this flags the game: its members and non-members differ in text alone
 BLIND_AUC_THRESHOLD = 0.55
@@ -28,7 +30,8 @@ FLAG_SHIFT = "distribution_shift"
 
 
 def applies_to(data) -> bool:
-    """True for tasks whose pretraining membership comes from the data (every target carries a known ``a``)."""
+    """True for tasks whose pretraining membership comes from the data (every target carries a known ``a``): only
+    there are members and non-members drawn from different pools, so only there can text alone separate them."""
     return bool(data.targets) and all("a" in data.target_meta.get(r.id, {}) for r in data.targets)
 
 
@@ -43,10 +46,12 @@ def blind_scores(texts: Sequence[str], labels, *, seed: int, n_folds: int = 5) -
     from sklearn.model_selection import StratifiedKFold
     from sklearn.pipeline import FeatureUnion, make_pipeline
 
-    y = np.asarray(labels, dtype=np.int64)
     texts = list(texts)
-    if len(texts) != len(y):
-        raise MetricError(f"blind baseline: {len(texts)} texts for {len(y)} labels: pass one label per text")
+    if len(texts) != len(labels):
+        raise MetricError(f"blind baseline: {len(texts)} texts for {len(labels)} labels: pass one label per text")
+    y, _ = validate_scores(labels, np.zeros(len(texts)))   # labels 0/1, both classes (the error says how)
+    if not any(t.strip() for t in texts):
+        raise MetricError("blind baseline: every text is empty: there is nothing to classify")
     smaller = int(min(y.sum(), len(y) - y.sum()))
     if smaller < 2:
         raise MetricError(f"blind baseline: the smaller class has {smaller} sample(s); cross-fitting needs at least "
@@ -73,7 +78,7 @@ def blind_baseline(texts: Sequence[str], labels, *, seed: int, n_folds: int = 5,
     out = []
     for r in rows:
         flag = r.flag
-        if r.metric == "auc" and r.value > BLIND_AUC_THRESHOLD:
+        if r.metric == "auc" and r.value > BLIND_AUC_THRESHOLD and r.ci_low is not None and r.ci_low > 0.5:
             flag = FLAG_SHIFT if not flag else f"{flag},{FLAG_SHIFT}"
         out.append(MetricRow("blind_" + r.metric, r.value, r.ci_low, r.ci_high, r.n_pos, r.n_neg, flag))
     return out

@@ -21,6 +21,8 @@ from fakes import make_task_data
 WORDS = ("river stone cloud market doctor patient record street garden window letter number table paper chair "
          "north south quiet rapid green blue seven eleven orange silver").split()
 WORLD = {"n_per_group": 40, "n_null": 40, "adapt_background": 10}
+#: 300 members vs 300 non-members in the pretrain game: the AUC's null sd is ~0.024, so 0.5 ± 0.08 is > 3 sd
+WORLD_NULL = {"n_per_group": 150, "n_null": 8, "adapt_background": 10}
 
 
 def _sentences(n: int, seed: int, extra: tuple[str, ...] = ()) -> list[str]:
@@ -30,35 +32,40 @@ def _sentences(n: int, seed: int, extra: tuple[str, ...] = ()) -> list[str]:
             for i in range(n)]
 
 
-def _mimir(tmp_path, members, nonmembers):
+def _mimir(tmp_path, monkeypatch, members, nonmembers):
+    """Build a MIMIR task from a local file. The source is given relative to tmp_path: the task config (and so the
+    data fingerprint that seeds the Challenger's world draw) holds the path, and an absolute tmp path would give
+    every pytest session a different world."""
     from tasks.hub import Mimir
-    path = tmp_path / "mimir.jsonl"
-    pd.DataFrame({"member": members, "nonmember": nonmembers}).to_json(path, orient="records", lines=True)
-    return Mimir(source=str(path)).build(ArtifactCache(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    pd.DataFrame({"member": members, "nonmember": nonmembers}).to_json("mimir.jsonl", orient="records", lines=True)
+    return Mimir(source="mimir.jsonl").build(ArtifactCache(tmp_path / "cache"))
 
 
-def _pretrain_game_rows(data, seed: int = 0):
-    ch = Challenger(data, WORLD, seed=seed)
+def _pretrain_game_rows(data, seed: int = 0, world=WORLD):
+    ch = Challenger(data, world, seed=seed)
     inst = ch.instance(GAMES["pretrain"])
     return blind_baseline([t.text for t in inst.targets], inst.labels, seed=seed, n_boot=200)
 
 
-def test_shifted_known_split_is_flagged(tmp_path):
+def test_shifted_known_split_is_flagged(tmp_path, monkeypatch):
     """Members were written in 2019 with their own jargon; non-members in 2023 with another: separable blind."""
     members = [s.replace("note", "memo 2019") for s in _sentences(300, 1, ("quarterly", "ledger", "audit"))]
     nonmembers = [s.replace("note", "memo 2023") for s in _sentences(300, 2, ("streaming", "podcast", "app"))]
-    data = _mimir(tmp_path, members, nonmembers)
+    data = _mimir(tmp_path, monkeypatch, members, nonmembers)
     assert applies_to(data)
     auc = next(r for r in _pretrain_game_rows(data) if r.metric == "blind_auc")
     assert auc.value > 0.9 and auc.value > BLIND_AUC_THRESHOLD and auc.flag == FLAG_SHIFT
 
 
-def test_split_from_one_pool_stays_near_chance(tmp_path):
-    pool = _sentences(600, 3)
+def test_split_from_one_pool_stays_near_chance(tmp_path, monkeypatch):
+    """Members and non-members are a seeded random split of one pool: no text feature can separate them."""
+    pool = _sentences(1200, 3)
     rng = np.random.default_rng(0)
     order = rng.permutation(len(pool))
-    data = _mimir(tmp_path, [pool[i] for i in order[:300]], [pool[i] for i in order[300:]])
-    auc = next(r for r in _pretrain_game_rows(data) if r.metric == "blind_auc")
+    data = _mimir(tmp_path, monkeypatch, [pool[i] for i in order[:600]], [pool[i] for i in order[600:]])
+    auc = next(r for r in _pretrain_game_rows(data, world=WORLD_NULL) if r.metric == "blind_auc")
+    assert (auc.n_pos, auc.n_neg) == (300, 300)
     assert abs(auc.value - 0.5) <= 0.08 and auc.flag is None, auc
 
 

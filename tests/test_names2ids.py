@@ -125,7 +125,7 @@ def test_challenger(data):
     adapt = ch.adaptation_data().texts
     text = {r.id: r.text for r in data.targets}
     ids = list(ch.instance(GAMES["pretrain"]).record_ids)
-    assert len(ids) == 3 * WORLD["n_per_group"] + WORLD["n_null"]
+    assert len(ids) == 4 * WORLD["n_per_group"]  # the four groups; the null pool is shown by no other game
     for rid in ids:
         a, b = ch.group_of(rid)
         assert (text[rid] in inserts) == bool(a)

@@ -89,7 +89,8 @@ def test_utility_recorded_for_every_released_model(smoke):
             assert 1.0 < r["value"] < 8192
     # the anchors: `none` releases θ (its loss is θ's), fine-tuning on the new domain lowers held-out loss clearly,
     # and every adapted model has its utility retained against them
-    loss = {r["defense"]: r["value"] for r in rows if r["metric"] == "loss" and r["dataset"] == "heldout"}
+    loss = {r["defense"]: r["value"] for r in rows if r["metric"] == "loss" and r["dataset"] == "heldout"
+            and r["role"] != "reference"}
     assert loss["none"] == loss["-"] and loss["finetune"] <= loss["-"] - 0.3
     retained = {r["defense"]: r["value"] for r in rows if r["metric"] == "utility_retained"}
     assert retained["none"] == 0.0 and retained["finetune"] == 1.0 and 0.0 < retained["lora"] < 1.0
