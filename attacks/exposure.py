@@ -76,3 +76,8 @@ class ExposureAttack(Attack):
               for t, s in zip(view.texts + flat, view.model.token_signals(view.texts + flat))}
         fn = sampling_exposure if self.estimator == "sampling" else skewnorm_exposure
         return np.array([fn(ll[t], np.array([ll[r] for r in rs])) for t, rs in zip(view.texts, refs)])
+
+    def metrics(self, labels, output, ctx) -> list:
+        """Mean and 95th-percentile exposure of members, non-members and never-inserted canaries."""
+        from bench.metrics import exposure_metrics
+        return exposure_metrics(labels, output.scores, never_inserted=ctx.never_inserted)

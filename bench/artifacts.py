@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from bench.cache import ArtifactCache
-from bench.defense import Defense, TrainContext
+from bench.defense import Defense, Filtered, TrainContext
 from bench.game import AdaptationData
 from bench.release import Release, save_release
 from bench.hashing import CACHE_SCHEMA, content_hash, module_hash, text_hash
@@ -55,7 +55,7 @@ def pretrained_key(spec: ModelSpec, data: TaskData, tok_key: str | None, inserts
              pretrain_fingerprint(data), sorted(text_hash(t) for t in inserts), seed]
     if pretrains(defense):
         parts += ["pretrain_defense", defense.name, defense.version, defense.config,
-                  module_hash(type(defense).__module__, *getattr(defense, "code_modules", ()))]
+                  module_hash(type(defense).__module__, *defense.code_modules)]
     return content_hash(*parts)
 
 
@@ -68,7 +68,7 @@ def reference_key(spec: ModelSpec, tok_key: str, texts) -> str:
 
 def defense_view(defense: Defense, data: AdaptationData) -> AdaptationData:
     """What ``defense`` receives: held-back validation records only if it declares ``uses_validation``."""
-    if not getattr(defense, "uses_validation", False):
+    if not defense.uses_validation:
         return dataclasses.replace(data, validation=None)
     return data
 
@@ -76,7 +76,7 @@ def defense_view(defense: Defense, data: AdaptationData) -> AdaptationData:
 def adapted_key(spec: ModelSpec, base_key: str, defense: Defense, data: AdaptationData, seed: int) -> str:
     data = defense_view(defense, data)
     return content_hash("adapted", CACHE_SCHEMA, module_hash(*TRAINING_CODE, type(defense).__module__,
-                                                             *getattr(defense, "code_modules", ())), base_key,
+                                                             *defense.code_modules), base_key,
                         defense.name, defense.version, defense.config,
                         *data.key_parts(), seed, spec.context_length, spec.autocast_bf16)
 
@@ -166,11 +166,12 @@ def filter_pretraining(defense: Defense, docs: list[str], inserts: list[str]) ->
     from bench.errors import PluginError
     pool = sorted([*docs, *inserts], key=text_hash)
     try:
-        kept = defense.pretrain_texts(list(pool))
+        result = defense.pretrain_texts(list(pool))
     except Exception as exc:
         raise PluginError(f"defense '{defense.name}': pretrain_texts raised {type(exc).__name__}: {exc}: it takes one "
                           f"list of documents (the corpus with the inserts among them, unmarked) and returns the "
                           f"documents to pretrain on") from exc
+    kept, filter_report = (result.docs, result.report) if isinstance(result, Filtered) else (result, {})
     if not isinstance(kept, (list, tuple)) or not all(isinstance(t, str) for t in kept):
         raise PluginError(f"defense '{defense.name}': pretrain_texts returned {type(kept).__name__}, not a list of "
                           f"strings: return the documents to pretrain on")
@@ -184,7 +185,7 @@ def filter_pretraining(defense: Defense, docs: list[str], inserts: list[str]) ->
         else:
             kept_docs.append(t)
     report = {"defense": defense.name, "docs_in": len(pool), "docs_kept": len(kept), "inserts_in": len(inserts),
-              "inserts_kept": len(kept_inserts), **dict(getattr(defense, "pretrain_report", None) or {})}
+              "inserts_kept": len(kept_inserts), **dict(filter_report)}
     return kept_docs, kept_inserts, report
 
 
@@ -241,14 +242,14 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
                                 gguf_file=spec.gguf_file if released else None)
         ctx = TrainContext(tok, device, spec.context_length, seed, spec.autocast_bf16, progress=progress)
         torch.manual_seed(seed)
-        adapted = defense.adapt(model, data, ctx)
-        if isinstance(adapted, Release):  # an aggregate or an unmergeable adapter: saved by its own rules
-            save_release(adapted, tmp)
+        result = defense.adapted(defense.adapt(model, data, ctx))
+        if isinstance(result.model, Release):  # an aggregate or an unmergeable adapter: saved by its own rules
+            save_release(result.model, tmp)
         else:
-            adapted.save_pretrained(tmp)
+            result.model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        (tmp / "privbench.json").write_text(json.dumps({"report": defense.training_report(),
-                                                        "guarantee": defense.guarantee()}, default=str))
+        (tmp / "privbench.json").write_text(json.dumps({"report": result.report, "guarantee": result.guarantee},
+                                                       default=str))
 
     path = cache.get_or_build("adapted", key, build)
     meta = json.loads((path / "privbench.json").read_text())

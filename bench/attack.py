@@ -8,33 +8,62 @@ example-level statistics, eq. 4); an attack that scores units itself sets ``scor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from bench.errors import PluginError
+from bench.errors import CapabilityError, PluginError
+from bench.hashing import content_hash
 from bench.lm import ALL_CAPABILITIES, TOKEN_LOGPROBS
 from bench.plugin import Plugin
 
 if TYPE_CHECKING:
     from bench.game import AttackerView
+    from bench.metrics import MetricRow
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What :meth:`Attack.score` may return instead of a bare sequence: one score per target, plus per-target
+    details the attack's own :meth:`Attack.metrics` read (e.g. token-by-token correctness and confidence)."""
+
+    values: Sequence[float]
+    details: Any = None
+
+
+@dataclass(frozen=True)
+class MetricContext:
+    """What an attack's own metrics may use besides labels and scores, from the challenger after scoring."""
+
+    alpha: float                          # 1 − confidence of intervals
+    public_format: Mapping[str, Any] | None
+    never_inserted: np.ndarray            # per target: inserted in no training data at all (group (0, 0))
 
 
 class Attack(Plugin):
-    """A membership-inference attack. Subclasses implement :meth:`score`."""
+    """A membership-inference attack. Subclasses implement :meth:`score` (and :meth:`metrics` for rows of their own).
+    """
 
     kind: ClassVar[str] = "attack"
     family: ClassVar[str] = "mia"
     requires: ClassVar[frozenset[str]] = frozenset({TOKEN_LOGPROBS})
     reference: ClassVar[str] = ""   # the paper and equation the score follows
     #: True: :meth:`score` scores unit targets (users, secrets) itself from ``Target.samples``; False: the
-    #: runner scores each sample as a record and averages per unit (bench.units.score_units)
+    #: runner scores each sample as a record and averages per unit (:func:`score_units`)
     scores_units: ClassVar[bool] = False
 
-    def score(self, view: AttackerView) -> Sequence[float]:  # pragma: no cover - interface
+    def score(self, view: AttackerView) -> Sequence[float] | Scores:  # pragma: no cover - interface
+        """One score per target, in ``view.targets`` order, higher = member; or :class:`Scores` with details."""
         raise NotImplementedError
+
+    def metrics(self, labels: np.ndarray, output: AttackOutput, ctx: MetricContext) -> list[MetricRow]:
+        """Rows this attack reports next to AUC and TPR at low FPR (canary exposure, extraction rates).
+
+        Called by the runner with the game's labels after scoring, on the suite's instance: it must depend on the
+        attack's parameters and its arguments only. None by default."""
+        return []
 
     @classmethod
     def info(cls) -> dict:
@@ -106,19 +135,53 @@ def evaluate_attack(attack: Attack, view: AttackerView) -> AttackOutput:
 
     ``attack`` is only a template: a new instance with its parameters scores the view (:func:`fresh_instance`),
     and nothing is copied back. On a unit game an attack without ``scores_units`` scores the units' samples as
-    records and each unit gets the mean of its samples' scores. ``details`` is what the scoring instance left in
-    ``last_details`` (extraction attacks), read from that instance only.
+    records and each unit gets the mean of its samples' scores. ``details`` are what :meth:`Attack.score` returned
+    in :class:`Scores` (None for a bare sequence).
     """
-    from bench.units import is_unit_view, score_units
     instance = fresh_instance(attack)
-    if is_unit_view(view) and not getattr(instance, "scores_units", False):
-        scores = score_units(instance, view, _run_checked)
+    details: list = []
+    if is_unit_view(view) and not instance.scores_units:
+        scores = score_units(instance, view, lambda a, v: _run_checked(a, v, details))
     else:
-        scores = _run_checked(instance, view)
-    return AttackOutput(scores, getattr(instance, "last_details", None))
+        scores = _run_checked(instance, view, details)
+    return AttackOutput(scores, details[0] if details else None)
 
 
-def _run_checked(attack: Attack, view: AttackerView) -> np.ndarray:
+def is_unit_view(view: AttackerView) -> bool:
+    return view.unit != "record"
+
+
+def score_units(attack: Attack, view: AttackerView, run_records) -> np.ndarray:
+    """Score every unit target as the mean of ``attack``'s record scores over the unit's samples.
+
+    ``run_records(attack, view)`` runs the attack on a record-level view and checks its contract. The
+    attack sees one record target per sample (opaque ids derived from the unit's), in unit order, with the
+    same models and attacker data as the unit view; 002 averages example-level statistics (eq. 4, Table 2).
+    """
+    from bench.game import AttackerView, Target
+
+    family = attack.family
+    if family != "mia":
+        raise CapabilityError(f"attack '{attack.name}' (family {family}) scores records, and game '{view.game}' "
+                              f"scores {view.unit}s by averaging membership scores only: run it on a "
+                              f"record-level task")
+    flat: list[Target] = []
+    owner: list[int] = []
+    for i, t in enumerate(view.targets):
+        samples = t.samples or (t.text,)
+        for j, s in enumerate(samples):
+            flat.append(Target(id=content_hash(t.id, j, length=12), text=s))
+            owner.append(i)
+    record_view = AttackerView(view.game, tuple(flat), view.model, view.base, view.reference, view.population,
+                               view.shadows, view.public_format, "record", view.trainer)
+    scores = run_records(attack, record_view)
+    idx = np.asarray(owner, dtype=np.int64)
+    sums = np.bincount(idx, weights=scores, minlength=len(view.targets))
+    counts = np.bincount(idx, minlength=len(view.targets))
+    return sums / counts
+
+
+def _run_checked(attack: Attack, view: AttackerView, details: list | None = None) -> np.ndarray:
     unknown = set(attack.requires) - ALL_CAPABILITIES
     if unknown:
         raise PluginError(f"attack '{attack.name}' requires unknown capabilities {sorted(unknown)}: "
@@ -136,6 +199,10 @@ def _run_checked(attack: Attack, view: AttackerView) -> np.ndarray:
             raise
         raise PluginError(f"attack '{attack.name}' raised {type(exc).__name__}: {exc}: fix the plugin "
                           f"(run `privbench list attacks` to check its parameters)") from exc
+    if isinstance(raw, Scores):
+        if details is not None:
+            details.append(raw.details)
+        raw = raw.values
     try:
         scores = np.asarray(raw, dtype=np.float64).reshape(-1)
     except (TypeError, ValueError) as exc:

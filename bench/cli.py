@@ -38,9 +38,14 @@ app = typer.Typer(
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
 )
 
-from bench.data_cli import data_app  # noqa: E402
+def _add_extensions() -> None:
+    """Subcommands plugin packages provide (``privbench data`` from the tasks), through the registry."""
+    from bench.registry import cli_extensions
+    for name, sub in cli_extensions().items():
+        app.add_typer(sub, name=name)
 
-app.add_typer(data_app, name="data")
+
+_add_extensions()
 
 DB_HELP = "Results database: a SQLAlchemy URL or a path to a SQLite file."
 DEFAULT_DB = "sqlite:///results.db"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import warnings
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
@@ -36,6 +37,29 @@ class TrainContext:
         return t.pad_token_id if t.pad_token_id is not None else (t.eos_token_id or 0)
 
 
+@dataclass
+class Adapted:
+    """What :meth:`Defense.adapt` returns: the released model, how it was trained, and its formal guarantee.
+
+    ``model`` is a torch module (saved as a Hugging Face checkpoint) or a :class:`bench.release.Release` (an
+    aggregate or an adapter); ``report`` is free-form (training steps, seconds, what was kept); ``guarantee`` is
+    the formal guarantee of this release (``{"name": "epsilon", "value": ..., ...}``) or None for an empirical
+    defense. One object per call: nothing about a call is left on the defense instance for the runner to read.
+    """
+
+    model: Any
+    report: dict[str, Any] = field(default_factory=dict)
+    guarantee: dict[str, Any] | None = None
+
+
+@dataclass
+class Filtered:
+    """What :meth:`Defense.pretrain_texts` returns: the documents to pretrain on and a report of the filter."""
+
+    docs: list[str]
+    report: dict[str, Any] = field(default_factory=dict)
+
+
 class Defense(Plugin):
     """A defense. ``adapt`` trains θ' from θ on the adaptation data it is given and nothing else.
 
@@ -45,13 +69,28 @@ class Defense(Plugin):
 
     kind: ClassVar[str] = "defense"
     stages: ClassVar[frozenset[str]] = frozenset({"adapt"})
+    #: modules besides the defense's own whose source is part of its artifacts' cache keys (shared training code)
+    code_modules: ClassVar[tuple[str, ...]] = ()
+    #: True: the defense receives ``AdaptationData.validation``, records the data owner held back (early stopping)
+    uses_validation: ClassVar[bool] = False
 
-    def adapt(self, model: torch.nn.Module, data, ctx: TrainContext) -> torch.nn.Module:  # pragma: no cover
+    def adapt(self, model: torch.nn.Module, data, ctx: TrainContext) -> Adapted:  # pragma: no cover
+        """Train θ' from θ (``model``) on ``data`` (an :class:`bench.game.AdaptationData`) and return :class:`Adapted`."""
         raise NotImplementedError
 
+    def adapted(self, result: Any) -> Adapted:
+        """``adapt``'s result as :class:`Adapted`. A bare model is the pre-1.0 contract: it still works for one
+        release, with its report and guarantee read from :meth:`training_report` and :meth:`guarantee`."""
+        if isinstance(result, Adapted):
+            return result
+        warnings.warn(f"defense '{self.name}': adapt returned {type(result).__name__}; return "
+                      f"bench.defense.Adapted(model, report, guarantee) instead (the bare-model form will be removed)",
+                      DeprecationWarning, stacklevel=2)
+        return Adapted(result, self.training_report(), self.guarantee())
+
     # -- pretraining-stage hooks: used only when ``"pretrain" in stages`` (bench/artifacts.ensure_pretrained) --
-    def pretrain_texts(self, docs: list[str]) -> list[str]:
-        """Filter the pretraining documents (e.g. dedup) and return the ones to train on.
+    def pretrain_texts(self, docs: list[str]) -> Filtered | list[str]:
+        """Filter the pretraining documents (e.g. dedup) and return the ones to train on, as :class:`Filtered`.
 
         ``docs`` is the whole pretraining corpus with the challenger's inserted copies among them, in
         content-hash order, so nothing marks which documents are membership targets; the runner counts the
@@ -63,12 +102,14 @@ class Defense(Plugin):
         """Bool mask, shape of ``input_ids``: False drops that token from the pretraining loss (e.g. goldfish)."""
         return torch.ones_like(input_ids, dtype=torch.bool)
 
+    # -- deprecated: the pre-1.0 contract read these after a bare-model ``adapt`` (see :meth:`adapted`) ------------
     def guarantee(self) -> dict[str, Any] | None:
-        """The formal guarantee of the last adaptation (e.g. DP ε, δ), or None for empirical defenses."""
+        """Deprecated: return the guarantee in :class:`Adapted`."""
         return None
 
     def training_report(self) -> dict[str, Any]:
-        return dict(getattr(self, "_report", {}) or {})
+        """Deprecated: return the report in :class:`Adapted`."""
+        return dict(self.__dict__.get("_report") or {})
 
     @classmethod
     def info(cls) -> dict:

@@ -16,22 +16,13 @@ import time
 from collections.abc import Callable
 
 from bench.errors import ConfigError
+from bench.runner import LocalExecutor  # the in-process executor lives with the runner it drives
+
+__all__ = ["EXECUTORS", "LocalExecutor", "RayExecutor", "make_executor"]
 
 EXECUTORS = ("local", "ray")
 
 Apply = Callable[[object, object], None]  # (job, JobResult) -> None, the driver's write
-
-
-class LocalExecutor:
-    """In process, in plan order: what the runner always did."""
-
-    name = "local"
-
-    def execute(self, runner, plan, apply: Apply) -> None:
-        todo = [j for j in plan.jobs.values() if not j.done]
-        for i, job in enumerate(todo, 1):
-            runner.log(f"job {i}/{len(todo)} {job.kind}: {job.label}")
-            apply(job, runner.run_job(job))
 
 
 # -- Ray ------------------------------------------------------------------------------------------------------
@@ -45,7 +36,6 @@ def _worker_runner(raw: dict, path: str | None, cache_root: str, quiet: bool, do
     from bench.cache import ArtifactCache
     from bench.device import configure_determinism, set_threads, tune_allocator
     from bench.hashing import content_hash
-    from bench.runner import Runner
     from bench.suite import parse_suite
     key = (content_hash(raw), path, cache_root, draw_secret)
     runner = _WORKER_RUNNERS.get(key)
@@ -53,6 +43,7 @@ def _worker_runner(raw: dict, path: str | None, cache_root: str, quiet: bool, do
         set_threads()
         tune_allocator()
         configure_determinism()
+        from bench.runner import Runner
         runner = Runner(parse_suite(raw, path=path), None, ArtifactCache(cache_root), quiet=quiet,
                         draw_secret=draw_secret)
         _WORKER_RUNNERS.clear()  # one suite per worker at a time: drop another suite's models

@@ -53,14 +53,34 @@ BUILTIN_SPECS: dict[str, ModelSpec] = {
 }
 
 
+#: Pythia checkpoints (Biderman et al. 2023) as model-spec params: ``models: [{name: pythia-70m, params: {...}}]``
+#: with these values. Keys without suffix are the models trained on the deduplicated Pile (the setting of
+#: ``pile_split``); ``-nondedup`` are the models trained on the Pile as is. ``step143000`` is the final
+#: checkpoint (the same weights as ``main``). Both were trained on the Pile train split only, so the Pile
+#: validation/test splits (and MIMIR's non-members) are non-members of every one of them.
+_PYTHIA_ARCH = {  # size: (layers, hidden, heads, vocab_size)
+    "70m": (6, 512, 8, 50304), "160m": (12, 768, 12, 50304), "410m": (24, 1024, 16, 50304),
+    "1b": (16, 2048, 8, 50304), "1.4b": (24, 2048, 16, 50304), "2.8b": (32, 2560, 32, 50304),
+    "6.9b": (32, 4096, 32, 50432), "12b": (36, 5120, 40, 50688),
+}
+PYTHIA_SPECS: dict[str, dict[str, Any]] = {}
+for _size, (_layers, _hidden, _heads, _vocab) in _PYTHIA_ARCH.items():
+    for _suffix, _repo in (("", f"EleutherAI/pythia-{_size}-deduped"), ("-nondedup", f"EleutherAI/pythia-{_size}")):
+        PYTHIA_SPECS[f"pythia-{_size}{_suffix}"] = {
+            "source": "hf", "hf_id": _repo, "revision": "step143000", "num_layers": _layers,
+            "hidden_size": _hidden, "num_heads": _heads, "context_length": 2048, "vocab_size": _vocab,
+            "score_batch_size": 8 if _hidden <= 1024 else 2,
+        }
+del _size, _layers, _hidden, _heads, _vocab, _suffix, _repo
+
+
 def resolve_spec(name: str, params: dict[str, Any] | None = None) -> ModelSpec:
     """A built-in spec with overrides, or a Hugging Face spec when ``hf_id`` is given."""
     params = dict(params or {})
     if name == "smollm2-135m" and "hf_id" not in params:
         params = {**smollm2_spec_params(), **params}
     if name not in BUILTIN_SPECS and "hf_id" not in params:
-        from tasks.hub import PYTHIA_SPECS  # named released checkpoints, e.g. pythia-70m
-        if name in PYTHIA_SPECS:
+        if name in PYTHIA_SPECS:  # named released checkpoints, e.g. pythia-70m
             params = {**PYTHIA_SPECS[name], **params}
     fields = {f.name: f for f in dataclasses.fields(ModelSpec)}
     for key in params:

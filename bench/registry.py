@@ -49,6 +49,10 @@ class Registry(Generic[T]):
             if existing is not None and existing is not cls and _qualname(existing) != _qualname(cls):
                 raise RegistryError(
                     f"{self.kind} '{name}' is registered twice ({_qualname(existing)} and {_qualname(cls)}): rename one")
+            clash = reserved_param_names(cls) & {p.name for p in getattr(cls, "params", ())}
+            if clash:
+                raise RegistryError(f"{self.kind} '{name}': parameter(s) {sorted(clash)} would shadow the plugin API "
+                                    f"({_qualname(cls)}): rename them (e.g. '{sorted(clash)[0]}_value')")
             cls.name = name
             cls.kind = self.kind
             self._classes[name] = cls
@@ -106,8 +110,32 @@ class Registry(Generic[T]):
         return self._origin.get(name, "builtin")
 
 
+def reserved_param_names(cls: type) -> set[str]:
+    """Names a plugin parameter may not take: every attribute of privbench's contract classes the plugin derives
+    from (``name``, ``score``, ``reference``, ``adapt``, ``config``, ...), since parameters become attributes."""
+    return {a for b in cls.__mro__ if b.__module__.startswith("bench.") for a in vars(b)
+            if not a.startswith("__")} | {"config", "key"}
+
+
 def _qualname(cls: type) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
+
+
+#: subcommands of `privbench` that plugin packages provide, as "module:attribute" of a typer app; the core adds them
+#: without importing the package itself (the entry point group ``privbench.cli`` adds more)
+CLI_EXTENSIONS = {"data": "tasks.cli:data_app"}
+
+
+def cli_extensions() -> dict[str, Any]:
+    """Name -> typer app of every command-line extension: the built-in ones, then installed entry points."""
+    out: dict[str, Any] = {}
+    for name, ref in CLI_EXTENSIONS.items():
+        module, _, attr = ref.partition(":")
+        out[name] = getattr(importlib.import_module(module), attr)
+    for ep in entry_points(group="privbench.cli"):
+        if ep.name not in out:
+            out[ep.name] = ep.load()
+    return out
 
 
 ATTACKS: Registry = Registry("attack")

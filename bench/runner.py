@@ -16,12 +16,14 @@ import platform
 import sys
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 
 from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference, ensure_tokenizer, pretrains
-from bench.attack import evaluate_attack
+from bench.attack import MetricContext, evaluate_attack
 from bench.blind import applies_to as blind_applies, blind_baseline
 from bench.cache import ArtifactCache
 from bench.device import (configure_determinism, release_memory, score_bf16, select_device, set_threads,
@@ -31,7 +33,7 @@ from bench.game import AdaptationData, Challenger, ShadowSet
 from bench.lm import FINETUNE_REFERENCE, SHADOW_MODELS
 from bench.hashing import code_version, content_hash
 from bench.lm import HFLanguageModel, SignalCache
-from bench.metrics import exposure_metrics, flag_underpowered_null, membership_metrics
+from bench.metrics import flag_underpowered_null, membership_metrics
 from bench.modeling import ModelSpec, load_model
 from bench.release import is_release, load_release
 from bench.store import Store
@@ -69,6 +71,18 @@ class JobResult:
     writes: list[tuple[str, dict]] = field(default_factory=list)
     new: int = 0
     skipped: int = 0
+
+
+class LocalExecutor:
+    """In process, in plan order: what the runner always did."""
+
+    name = "local"
+
+    def execute(self, runner, plan, apply: Callable[[object, object], None]) -> None:
+        todo = [j for j in plan.jobs.values() if not j.done]
+        for i, job in enumerate(todo, 1):
+            runner.log(f"job {i}/{len(todo)} {job.kind}: {job.label}")
+            apply(job, runner.run_job(job))
 
 
 #: language models kept loaded at once per process; older ones are dropped and their memory released
@@ -152,7 +166,6 @@ class Runner:
         return RunResult(run_id, "complete", self._new, self._skipped, dt)
 
     def _run(self, run_id: int) -> None:
-        from bench.executors import LocalExecutor
         from bench.plan import build_plan
         self.done_evals = {e["eval_key"] for e in self.store.evaluations(run_id)}
         plan = build_plan(self, run_id)
@@ -368,7 +381,7 @@ class Runner:
         ``AdaptationData.texts`` is what the shadow trained on: the members the attacker knows.
         """
         train, validation = tuple(texts), None
-        if getattr(defense, "uses_validation", False):
+        if defense.uses_validation:
             n_val = max(1, len(texts) // 5)
             train, validation = tuple(texts[:-n_val]), tuple(texts[-n_val:])
         users = secrets = secret_targets = None
@@ -575,15 +588,10 @@ class Runner:
         if ch.unit != "record":  # unit games: canary units vs ordinary units (source 002, Figure 6)
             from bench.units import canary_unit_metrics
             rows += canary_unit_metrics(inst.labels, scores, (ch.is_canary_unit(u) for u in inst.record_ids))
-        family = getattr(a.instance, "family", "mia")
-        if family == "exposure":
-            rows += exposure_metrics(inst.labels, scores,
-                                     never_inserted=[ch.never_inserted(u) for u in inst.record_ids])
-        elif family == "extraction":
-            from attacks.extraction import extraction_metrics
-            rows += extraction_metrics(inst.labels, scores, a.instance.extraction_kind,
-                                       id_digits=int((data.public_format or {}).get("id_digits", 10)),
-                                       details=out.details, alpha=s.metrics["alpha"])
+        # rows of the attack's own (exposure, extraction rates): declared by the attack, not switched on here
+        rows += a.instance.metrics(inst.labels, out, MetricContext(
+            alpha=s.metrics["alpha"], public_format=data.public_format,
+            never_inserted=np.array([ch.never_inserted(u) for u in inst.record_ids], dtype=bool)))
         return dict(eval_key=eval_key, task=task, model=model, defense=d.label, defense_params=d.instance.config,
                     seed=seed, game=inst.spec.name, attack=a.label, attack_params=a.instance.config,
                     world_key=ch.world_key, target_ids=[t.id for t in inst.targets], labels=inst.labels.tolist(),

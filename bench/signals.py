@@ -46,14 +46,16 @@ def save_signals(path: Path, keys: list[str], signals: list[TokenSignals]) -> No
     if signals and all(s.top1_logprob is not None for s in signals):
         extra["top1_logprob"] = cat("top1_logprob", np.float32)
     with path.open("wb") as f:
-        np.savez(f, keys=np.array(keys, dtype=object), offsets=offsets,
+        np.savez(f, keys=np.array(keys, dtype=np.str_), offsets=offsets,
                  token_ids=cat("token_ids", np.int32), logprobs=cat("logprobs", np.float32),
                  mu=cat("mu", np.float32), sigma2=cat("sigma2", np.float32), top1=cat("top1", np.int8), **extra)
 
 
 def load_signals(path: Path) -> dict[str, TokenSignals]:
+    """Read one shard. Pickled arrays are refused (``allow_pickle=False``): a shard is data, and a planted pickle
+    would run code in whoever reads the cache; a refused shard raises, and the cache recomputes what it held."""
     # NpzFile re-reads an array from the zip on every data[name] access: read each array exactly once
-    with np.load(path, allow_pickle=True) as data:
+    with np.load(path, allow_pickle=False) as data:
         arrays = {name: data[name] for name in ("keys", "offsets", "token_ids", "logprobs", "mu", "sigma2", "top1")}
         t1 = data["top1_logprob"] if "top1_logprob" in data.files else None
     keys, off = list(arrays["keys"]), arrays["offsets"]

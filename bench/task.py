@@ -50,9 +50,30 @@ class TaskData:
 
 
 class Task(Plugin):
+    """A data task. Besides :meth:`build` it declares what ``privbench data`` shows about it before building, so no
+    table outside the task has to know it."""
+
     kind: ClassVar[str] = "task"
     #: True when the task knows which targets a released model was pretrained on (e.g. MIMIR for Pythia)
     known_pretraining_membership: ClassVar[bool] = False
+    #: True when the task builds offline with its defaults (then `privbench data build --all` builds it)
+    offline: ClassVar[bool] = False
+    #: the parameter a split name's ``task:<variant>`` sets (``pile_subset:wiki``), whose choices are the variants
+    variant_param: ClassVar[str | None] = None
+    #: what one record is, formatted with the task's parameters (e.g. "text chunk <= {record_chars} chars")
+    record_unit: ClassVar[str] = "record"
+    #: licenses of what the task generates itself, beyond its sources' (e.g. synthetic names)
+    extra_licenses: ClassVar[tuple[str, ...]] = ()
+    #: what a build needs that does not install with pip (a hub connection, a local file), or None
+    needs: ClassVar[str | None] = None
 
     def build(self, cache=None) -> TaskData:  # pragma: no cover - interface
         raise NotImplementedError
+
+    def relation_label(self) -> str:
+        """Relation of the adaptation and target pools to pretraining as known before building ("?": unknown)."""
+        return "?"
+
+    def provenance(self) -> list[dict[str, Any]]:
+        """Provenance and license of every text source the task reads, before building (empty when unknown)."""
+        return []

@@ -244,8 +244,8 @@ def check_hush(_: SuiteResults | None) -> TrendResult:
     Figure 1b: the best c "discards many examples"), so none is part of the rule; the numbers give, per c, the
     share of examples with non-zero weight (Figure 1a's measure) and Σw / n, and the best reduction among the c
     that keep at least half of the examples."""
-    from defenses.hush import paper_sweep, paper_world
-    sweep = paper_sweep(*paper_world())
+    from bench.registry import DEFENSES  # the core reaches plugin code through the registry only
+    sweep = DEFENSES.get("hush").paper_comparison()
     rows = sweep["rows"]
     ref = next(r for r in rows if r["k"] == 4)
     pre = [r for r in rows if r["k"] < 4]

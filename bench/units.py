@@ -21,7 +21,7 @@ whole units; this module holds the pieces around that draw:
   (``AdaptationData.users / secrets / secret_targets``), pseudonymised per world and never marking which
   records are targets.
 
-* :func:`score_units` — how a record-level attack scores a unit: the mean of its record scores over the
+* :func:`bench.attack.score_units` — how a record-level attack scores a unit: the mean of its record scores over the
   unit's samples (002, eq. 4 and appendix C, Table 2: the mean of example-level statistics beats the
   minimum or maximum). An attack that scores units itself sets ``scores_units = True``
   (``attacks/user_inference.py``) and reads ``Target.samples``.
@@ -32,22 +32,21 @@ whole units; this module holds the pieces around that draw:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bench.errors import CapabilityError, DataError
+from bench.errors import DataError
 from bench.hashing import content_hash
 
 if TYPE_CHECKING:
-    from bench.attack import Attack
-    from bench.game import AttackerView
     from bench.metrics import MetricRow
     from bench.task import TaskData
 
 __all__ = ["GROUPS", "NULL_POOL", "UNIT_META_KEYS", "unit_key", "group_targets_by_unit", "draw_unit_groups",
-           "unit_samples", "owners_of", "secrets_of", "score_units", "is_unit_view", "canary_unit_metrics"]
+           "unit_samples", "owners_of", "SECRET_RUN", "defender_secrets", "secrets_of", "canary_unit_metrics"]
 
 
 #: the four (a, b) groups of the holistic audit game: a = inserted into pretraining, b = into adaptation
@@ -194,59 +193,48 @@ def owners_of(data: TaskData, world_key: str, n_background: int, target_units: S
     return bg + [_pseudonym(world_key, "user", u) for u in target_units]
 
 
+#: a maximal run of the characters secrets are made of; every occurrence of a secret lies inside one run
+SECRET_RUN = re.compile(r"[A-Za-z0-9_\-]+")
+
+
+def defender_secrets(data: TaskData, texts: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """The defender's spec for its training ``texts``: ``{secret: {"secret_id", "p", "r", "n_records"}}``.
+
+    The data owner knows every secret in its own data and its (p_j, r_j) (Ganesh et al. 2025, section 3), target
+    or not: the secrets come from the challenger-only ``data.secret_spec`` (every secret the task inserted) and,
+    for a secret task built without one, from ``target_meta``. Only secrets that occur in ``texts`` are returned;
+    ``n_records`` counts the texts carrying the secret. No label and no partition reach the defense: a target
+    and a background secret get entries of the same form.
+    """
+    spec: dict[str, dict[str, Any]] = {}
+    for s, v in (data.secret_spec or {}).items():
+        spec[s] = {"secret_id": v["secret_id"], "p": v["p"], "r": v["r"], "n_records": 0}
+    for meta in data.target_meta.values():
+        if "secret" in meta:
+            spec.setdefault(meta["secret"], {"secret_id": meta["secret_id"], "p": meta["p"], "r": meta["r"],
+                                             "n_records": 0})
+    by_run = {s.casefold(): s for s in spec}
+    for t in texts:
+        for s_cf in {r for r in SECRET_RUN.findall(t.casefold()) if r in by_run}:
+            spec[by_run[s_cf]]["n_records"] += 1
+    return {s: v for s, v in spec.items() if v["n_records"] > 0}
+
+
 def secrets_of(data: TaskData, texts: Sequence[str]) -> tuple[list[tuple[str, ...]], dict[str, tuple[float, float]]]:
     """The secrets each text carries (by secret id) and each carried secret's (p_j, r_j) (Ganesh et al. 2025).
 
-    Computed with :func:`tasks.secrets.defender_secrets` from the texts the defense already holds and the
-    challenger-only ``data.secret_spec``, so it tells the defense only what the data owner knows about its own
-    data (Ganesh et al. 2025, section 3): every secret in it, target and background alike. On the ``secrets``
-    task every adaptation record carries one, so a secret in a text does not mark the text as a target. The
-    runner calls it on the attacker's population slices too, to hand a shadow of a secret-aware recipe
-    (Hush) the attacker's own secrets.
+    Computed with :func:`defender_secrets` from the texts the defense already holds and the challenger-only
+    ``data.secret_spec``, so it tells the defense only what the data owner knows about its own data (Ganesh et
+    al. 2025, section 3): every secret in it, target and background alike. On the ``secrets`` task every
+    adaptation record carries one, so a secret in a text does not mark the text as a target. The runner calls it
+    on the attacker's population slices too, to hand a shadow of a secret-aware recipe (Hush) the attacker's own
+    secrets.
     """
-    from tasks.secrets import SECRET_RUN, defender_secrets
-
     spec = defender_secrets(data, texts)
     by_run = {s.casefold(): v["secret_id"] for s, v in spec.items()}
     per_text = [tuple(sorted({by_run[r] for r in SECRET_RUN.findall(t.casefold()) if r in by_run})) for t in texts]
     targets = {v["secret_id"]: (float(v["p"]), float(v["r"])) for v in spec.values()}
     return per_text, targets
-
-
-# ---------------------------------------------------------------------------------------- attack side
-
-def is_unit_view(view: AttackerView) -> bool:
-    return getattr(view, "unit", "record") != "record"
-
-
-def score_units(attack: Attack, view: AttackerView, run_records) -> np.ndarray:
-    """Score every unit target as the mean of ``attack``'s record scores over the unit's samples.
-
-    ``run_records(attack, view)`` runs the attack on a record-level view and checks its contract. The
-    attack sees one record target per sample (opaque ids derived from the unit's), in unit order, with the
-    same models and attacker data as the unit view; 002 averages example-level statistics (eq. 4, Table 2).
-    """
-    from bench.game import AttackerView, Target
-
-    family = getattr(attack, "family", "mia")
-    if family != "mia":
-        raise CapabilityError(f"attack '{attack.name}' (family {family}) scores records, and game '{view.game}' "
-                              f"scores {view.unit}s by averaging membership scores only: run it on a "
-                              f"record-level task")
-    flat: list[Target] = []
-    owner: list[int] = []
-    for i, t in enumerate(view.targets):
-        samples = t.samples or (t.text,)
-        for j, s in enumerate(samples):
-            flat.append(Target(id=content_hash(t.id, j, length=12), text=s))
-            owner.append(i)
-    record_view = AttackerView(view.game, tuple(flat), view.model, view.base, view.reference, view.population,
-                               view.shadows, view.public_format, "record", view.trainer)
-    scores = run_records(attack, record_view)
-    idx = np.asarray(owner, dtype=np.int64)
-    sums = np.bincount(idx, weights=scores, minlength=len(view.targets))
-    counts = np.bincount(idx, minlength=len(view.targets))
-    return sums / counts
 
 
 # ---------------------------------------------------------------------------------------- metrics

@@ -75,8 +75,12 @@ def registration_checks(kind: str, name: str, cls: type) -> list[Check]:
     out.append(Check("version", isinstance(version, str) and bool(VERSION_RE.match(version)),
                      f"version {version!r} is not a version string",
                      "set a class attribute like version = \"0.1.0\" and bump it when results change"))
-    doc = (cls.__doc__ or "").strip()
-    out.append(Check("docstring", bool(doc) and doc != (base.__doc__ or "").strip(), "the class has no docstring",
+    own = (cls.__doc__ or "").strip()
+    if own == (base.__doc__ or "").strip():
+        own = ""
+    module = sys.modules.get(cls.__module__)
+    doc = own or (module.__doc__ or "").strip() if module is not None else own  # a one-class module may say it there
+    out.append(Check("docstring", bool(doc), "neither the class nor its module has a docstring",
                      "say in one paragraph what it does and why (cite the paper and equation)"))
     out.append(Check("description", bool(str(getattr(cls, "description", "")).strip()),
                      "no one-line description", "set description = \"...\" (shown by `privbench list`)"))
@@ -96,11 +100,50 @@ def registration_checks(kind: str, name: str, cls: type) -> list[Check]:
     out.append(Check("defaults validate", ok, problem, "make every default satisfy its own type and range"))
     if kind == "defense":
         out.append(Check("adapt", getattr(cls, "adapt", None) is not Defense.adapt, "adapt() is not implemented",
-                         "implement adapt(self, model, data, ctx) and return the adapted model"))
+                         "implement adapt(self, model, data, ctx) and return Adapted(model, report, guarantee)"))
     else:
         out.append(Check("score", getattr(cls, "score", None) is not Attack.score,
                          "score() is not implemented", "implement score(self, view) returning one score per target"))
     return out
+
+
+def tiny_world_check(kind: str, name: str, cls: type, *, cache: str | Path | None, workdir: Path) -> Check:
+    """Run the plugin on the tiny world of the smoke suite (:data:`TINY_SUITE`): a defense must release a model with a
+    finite held-out loss, an attack one finite score per target in every game. In process: `privbench validate`
+    calls it inside its sandboxed child, a plugin package's own tests call it directly (:mod:`bench.conformance`)."""
+    from bench.cache import ArtifactCache
+    from bench.runner import Runner
+    from bench.store import Store
+    from bench.submit import submission_suite
+    from bench.suite import parse_suite
+
+    raw = submission_suite(TINY_SUITE, kind, name, extend=False)
+    if "reference_model" in set(getattr(cls, "requires", ()) or ()):
+        raw["reference"] = True
+    what = "trains and releases a model" if kind == "defense" else "scores every target"
+    try:
+        suite = parse_suite(raw, path=None)
+        store = Store(f"sqlite:///{Path(workdir) / 'scratch.db'}")
+        result = Runner(suite, store, ArtifactCache(cache), quiet=True).run()
+        if kind == "defense":
+            util = [u for u in store.utility_rows(result.run_id) if u["role"] == "adapted" and u["defense"] == name
+                    and u["metric"] == "loss"]
+            ok = bool(util) and all(math.isfinite(u["value"]) for u in util)
+            return Check(f"tiny world: {what}", ok, "the released model has no finite held-out loss",
+                         "return Adapted(model, report, guarantee) with the adapted torch model (or a Release)")
+        evs = store.evaluations(result.run_id)
+        bad = []
+        for e in evs:
+            ids, labels, scores = store.scores_for(e["id"])
+            if len(scores) != len(labels) or not all(math.isfinite(s) for s in scores):
+                bad.append(e["game"])
+        return Check(f"tiny world: {what}", bool(evs) and not bad, f"games {bad} lack one finite score per target",
+                     "return a numpy array with one finite score per target, in the view's order")
+    except MemoryError:
+        return Check(f"tiny world: {what}", False, "memory limit exceeded", "use less memory")
+    except Exception as exc:  # noqa: BLE001
+        return Check(f"tiny world: {what}", False, f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
+                     f"fix the {kind} so the tiny smoke world runs end to end")
 
 
 def validate(ref: str, *, cache: str | None = None, limits: Limits = Limits(wall_s=900),
@@ -144,13 +187,10 @@ def _child(spec_path: str) -> int:
     def write() -> None:
         (box / REPORT_FILE).write_text(json.dumps([c.__dict__ for c in checks]))
 
-    from bench.cache import ArtifactCache
+    import bench.runner  # noqa: F401  (trusted imports before the guard is armed)
+    import bench.submit  # noqa: F401,F811
     from bench.plugin_ref import PluginRef, load_plugin
-    from bench.runner import Runner
     from bench.sandbox import arm_sandbox
-    from bench.store import Store
-    from bench.submit import submission_suite
-    from bench.suite import parse_suite
 
     arm_sandbox(box, spec["cache"], box / VIOLATION_FILE)  # trusted work first, then the guard
 
@@ -165,36 +205,7 @@ def _child(spec_path: str) -> int:
     write()
     if not all(c.ok for c in checks):
         return FAILURE_EXIT
-    raw = submission_suite(TINY_SUITE, kind, name, extend=False)
-    requires = set(getattr(cls, "requires", ()) or ())
-    if "reference_model" in requires:
-        raw["reference"] = True
-    what = "trains and releases a model" if kind == "defense" else "scores every target"
-    try:
-        suite = parse_suite(raw, path=None)
-        store = Store(f"sqlite:///{box / 'scratch.db'}")
-        result = Runner(suite, store, ArtifactCache(spec["cache"]), quiet=True).run()
-        if kind == "defense":
-            util = [u for u in store.utility_rows(result.run_id) if u["role"] == "adapted" and u["defense"] == name
-                    and u["metric"] == "loss"]
-            ok = bool(util) and all(math.isfinite(u["value"]) for u in util)
-            checks.append(Check(f"tiny world: {what}", ok, "the released model has no finite held-out loss",
-                                "return the adapted torch model (or a Release) from adapt()"))
-        else:
-            evs = store.evaluations(result.run_id)
-            bad = []
-            for e in evs:
-                ids, labels, scores = store.scores_for(e["id"])
-                if len(scores) != len(labels) or not all(math.isfinite(s) for s in scores):
-                    bad.append(e["game"])
-            checks.append(Check(f"tiny world: {what}", bool(evs) and not bad,
-                                f"games {bad} lack one finite score per target",
-                                "return a numpy array with one finite score per target, in the view's order"))
-    except MemoryError:
-        checks.append(Check(f"tiny world: {what}", False, "memory limit exceeded", "use less memory"))
-    except Exception as exc:  # noqa: BLE001
-        checks.append(Check(f"tiny world: {what}", False, f"{type(exc).__name__}: {str(exc).splitlines()[0]}",
-                            f"fix the {kind} so the tiny smoke world runs end to end"))
+    checks.append(tiny_world_check(kind, name, cls, cache=spec["cache"], workdir=box))
     write()
     return 0 if all(c.ok for c in checks) else FAILURE_EXIT
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 
+from bench.defense import Filtered
 from bench.errors import ConfigError
 from bench.params import Param
 from bench.registry import register_defense
@@ -72,7 +73,6 @@ class Dedup(FineTune):
     )
     code_modules = ("defenses.finetune",)
 
-    def pretrain_texts(self, docs: list[str]) -> list[str]:
+    def pretrain_texts(self, docs: list[str]) -> Filtered:
         keep, counts = dedup_texts(docs, self.ngram, self.near_threshold)
-        self.pretrain_report = counts
-        return [docs[i] for i in keep]
+        return Filtered([docs[i] for i in keep], counts)

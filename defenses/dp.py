@@ -49,7 +49,7 @@ from typing import Any
 import torch
 
 from bench.accounting import DPLedger, group_privacy, largest_group, noise_for_epsilon
-from bench.defense import Defense, TrainContext
+from bench.defense import Adapted, Defense, TrainContext
 from bench.errors import ConfigError
 from bench.params import Param
 from bench.registry import register_defense
@@ -521,7 +521,7 @@ class DPAdapt(Defense):
         self._ledger = report.pop("_ledger")
         self._report = {"method": self.method, "train": report, "trainable_params": trainable,
                         "total_params": total, "ledger": report["ledger"]}
-        return out
+        return Adapted(out, self._report, self.guarantee())
 
     def guarantee(self) -> dict[str, Any] | None:
         """(ε, δ) per adaptation record (``unit: record``), and for the largest group of records that one

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.defense import Defense, TrainContext
+from bench.defense import Adapted, Defense, TrainContext
 from bench.params import Param
 from bench.registry import register_defense
 from bench.training import train_causal_lm
@@ -21,8 +21,8 @@ class FineTune(Defense):
     description = "Full fine-tuning of every weight with AdamW: the undefended baseline (no privacy protection)."
     params = ADAPT_PARAMS
 
-    def adapt(self, model, data, ctx: TrainContext):
-        return self.finetune(model, data.texts, ctx)
+    def adapt(self, model, data, ctx: TrainContext) -> Adapted:
+        return Adapted(self.finetune(model, data.texts, ctx), self.training_report())
 
     def finetune(self, model, texts, ctx: TrainContext, desc: str = "adapt: finetune", **hooks):
         """The recipe on ``texts``; ``hooks`` go to :func:`train_causal_lm` (loss mask, clipping, early stop).

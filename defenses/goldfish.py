@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from bench.defense import Adapted
 from bench.params import Param
 from bench.registry import register_defense
 from defenses.finetune import ADAPT_PARAMS, FineTune
@@ -65,5 +66,5 @@ class Goldfish(FineTune):
 
     def adapt(self, model, data, ctx):
         hooks = {"loss_mask": self.pretrain_loss_mask} if self.adapt_goldfish else {}
-        return self.finetune(model, data.texts, ctx, desc="adapt: goldfish" if hooks else "adapt: finetune",
-                             **hooks)
+        return Adapted(self.finetune(model, data.texts, ctx, desc="adapt: goldfish" if hooks else "adapt: finetune",
+                                     **hooks), self.training_report())

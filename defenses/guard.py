@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import copy
 import time
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 
-from bench.defense import Defense, TrainContext
+from bench.defense import Adapted, Defense, TrainContext
 from bench.errors import ConfigError
 from bench.params import Param
 from bench.registry import register_defense
@@ -162,8 +161,8 @@ class _Distilled(Defense):
     def _teacher(self, model: torch.nn.Module, data, ctx: TrainContext) -> tuple[torch.nn.Module, dict]:
         ft = FineTune(**{p.name: getattr(self, f"teacher_{p.name}") for p in ADAPT_PARAMS if p.name != "chunk_length"},
                       chunk_length=self.chunk_length)
-        teacher = ft.adapt(model, data, ctx)
-        return teacher, ft.training_report()
+        result = ft.adapt(model, data, ctx)
+        return result.model, result.report
 
     def adapt(self, model, data, ctx: TrainContext):
         base = copy.deepcopy(model) if self.mode == "guard" else None
@@ -180,9 +179,8 @@ class _Distilled(Defense):
         t = teacher_report.get("train", {})
         total = {"steps": t.get("steps", 0) + stats["steps"], "tokens": t.get("tokens", 0) + stats["tokens"],
                  "seconds": round(t.get("seconds", 0.0) + stats["seconds"], 3), "final_loss": stats["final_loss"]}
-        self._report = {"train": total, "teacher": teacher_report, "distill": stats,  # train: teacher + student
-                        "trainable_params": sum(p.numel() for p in student.parameters())}
-        return student
+        return Adapted(student, {"train": total, "teacher": teacher_report, "distill": stats,  # teacher + student
+                                 "trainable_params": sum(p.numel() for p in student.parameters())})
 
 
 @register_defense("guard")
@@ -196,10 +194,6 @@ class Guard(_Distilled):
         Param("top_k", int, 1000, "K of TopK(p_0, K) ∪ TopK(p_ft, K) (003: 1000)", low=2),
         Param("gold_weight", float, 0.5, "λ of the gold-token penalty (003: 0.5)", low=0.0),
     ) + TEACHER_PARAMS
-
-    def guarantee(self) -> dict[str, Any] | None:
-        return None  # empirical defense
-
 
 @register_defense("kd")
 class KnowledgeDistillation(_Distilled):

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from bench.defense import Defense, TrainContext
+from bench.defense import Adapted, Defense, TrainContext
 from bench.errors import ConfigError
 from bench.params import Param
 from bench.registry import register_defense
@@ -174,7 +174,12 @@ class Hush(Defense):
                         "accounting_seconds": round(account_s, 3), "ledger": ledger.summary(),
                         "secrets": ledger.secrets,
                         "empirical_rate_mean_abs_error": float(np.abs(samples / steps - rho).mean())}
-        return out
+        return Adapted(out, self._report, self.guarantee())
+
+    @classmethod
+    def paper_comparison(cls, seed: int = 0) -> list[dict]:
+        """The c sweep of Ganesh et al.'s Figure 1 on a world shaped like their section 5.1 (``privbench trends``)."""
+        return paper_sweep(*paper_world(seed=seed))
 
     def guarantee(self) -> dict[str, Any] | None:
         if self._ledger is None:

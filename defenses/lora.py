@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bench.defense import Defense, TrainContext
+from bench.defense import Adapted, Defense, TrainContext
 from bench.params import Param
 from bench.registry import register_defense
 from bench.training import train_causal_lm
@@ -32,5 +32,4 @@ class LoRA(Defense):
                                 lr=self.lr, batch_size=self.batch_size, seed=ctx.seed, pad_id=ctx.pad_id,
                                 weight_decay=self.weight_decay, autocast_bf16=ctx.autocast_bf16, device=ctx.device,
                                 desc="adapt: lora", progress=ctx.progress)
-        self._report = {"train": stats.to_dict(), "trainable_params": trainable}
-        return peft_model.merge_and_unload()
+        return Adapted(peft_model.merge_and_unload(), {"train": stats.to_dict(), "trainable_params": trainable})

@@ -14,7 +14,7 @@ import math
 import numpy as np
 import torch
 
-from bench.defense import TrainContext
+from bench.defense import Adapted, TrainContext
 from bench.errors import ConfigError
 from bench.params import Param
 from bench.registry import register_defense
@@ -55,7 +55,7 @@ class UserLimit(FineTune):
         model = self.finetune(model, [data.texts[i] for i in keep], ctx, desc="adapt: user_limit")
         self._report.update(records_in=len(data.texts), records_kept=len(keep),
                             users=len(set(data.users)), max_per_user=self.max_per_user)
-        return model
+        return Adapted(model, self.training_report())
 
 
 @register_defense("clip")
@@ -78,7 +78,7 @@ class GradientClip(FineTune):
             hooks = {"max_grad_norm": self.max_grad_norm}
         model = self.finetune(model, data.texts, ctx, desc=f"adapt: clip ({self.mode})", **hooks)
         self._report.update(mode=self.mode, max_grad_norm=self.max_grad_norm)
-        return model
+        return Adapted(model, self.training_report())
 
 
 @torch.no_grad()
@@ -165,4 +165,4 @@ class EarlyStop(FineTune):
         self._report.update(records_train=len(data.texts), records_val=len(data.validation),
                             best_step=stopper.best_step, stopped_at=stopper.stopped_at, best_val_loss=stopper.best,
                             val_history=stopper.history)
-        return model
+        return Adapted(model, self.training_report())

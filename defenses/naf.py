@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from bench import aggregate as agg
-from bench.defense import Defense, TrainContext
+from bench.defense import Adapted, Defense, TrainContext
 from bench.errors import ConfigError, DataError
 from bench.game import AdaptationData
 from bench.hashing import content_hash, module_hash, text_hash
@@ -332,10 +332,9 @@ class NAF(Defense):
         constituents, reports = [], []
         for i, part in enumerate(parts):
             sub = dataclasses.replace(ctx, seed=ctx.seed * 1000 + i)
-            m_i = trainer.adapt(copy.deepcopy(model), AdaptationData(part),
-                                sub)
-            constituents.append(m_i.eval())
-            reports.append({"n_texts": len(part), **trainer.training_report()})
+            m_i = trainer.adapt(copy.deepcopy(model), AdaptationData(part), sub)
+            constituents.append(m_i.model.eval())
+            reports.append({"n_texts": len(part), **m_i.report})
         base = constant = None
         if self.variant == "scp_delta_r_b":
             base = model.eval()
@@ -349,7 +348,8 @@ class NAF(Defense):
             "tokens": sum(r["train"]["tokens"] for r in reports),
             "final_loss": float(np.mean([r["train"]["final_loss"] for r in reports]))}}
         self._guarantee = self._bound(constituents, base, constant, ctx, data.texts) if self.guarantee_texts else None
-        return NAFRelease(constituents, ctx.tokenizer, meta=meta, base=base, constant_logp=constant)
+        return Adapted(NAFRelease(constituents, ctx.tokenizer, meta=meta, base=base, constant_logp=constant),
+                       self._report, self._guarantee)
 
     def _bound(self, constituents, base, constant, ctx: TrainContext, texts: Sequence[str]) -> dict[str, Any]:
         def hf(m: torch.nn.Module, name: str) -> HFLanguageModel:

@@ -8,7 +8,7 @@ adapt game of θ′ = θ is at chance even when pretraining memorised strongly).
 
 from __future__ import annotations
 
-from bench.defense import Defense, TrainContext
+from bench.defense import Adapted, Defense, TrainContext
 from bench.registry import register_defense
 
 
@@ -18,5 +18,4 @@ class NoAdaptation(Defense):
     version = "1.0.0"
 
     def adapt(self, model, data, ctx: TrainContext):
-        self._report = {"train": {"steps": 0, "seconds": 0.0}, "trainable_params": 0}
-        return model
+        return Adapted(model, {"train": {"steps": 0, "seconds": 0.0}, "trainable_params": 0})

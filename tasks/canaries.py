@@ -77,7 +77,7 @@ from bench.params import Param
 from bench.registry import register_task
 from tasks.derived import derived_fingerprint, partition_stats
 from bench.task import TargetRecord, Task, TaskData
-from tasks.mini_pile import MiniPile
+from tasks.mini_pile import MiniPile, OnMiniPile
 
 __all__ = [
     "PREFIX_TYPES", "INVISIBLE", "WORD_RE", "word_counts", "select_token_set", "draw_prefix",
@@ -256,7 +256,10 @@ def _base_task(config: dict[str, Any]) -> MiniPile:
 
 
 @register_task("canaries")
-class Canaries(Task):
+class Canaries(OnMiniPile, Task):
+    offline = True
+    variant_param = "prefix_type"
+    record_unit = "{l}-token canary prefix + mini_pile record"
     description = ("Adversarial canary prefixes (source 004, B.5): l tokens from a set of k random, rare, common or "
                    "invisible tokens prepended to mini_pile records; exposure against fresh reference prefixes.")
     version = "0.1.0"
@@ -381,7 +384,10 @@ def random_word_references_for(public_format: dict[str, Any], target_text: str, 
 
 
 @register_task("random_word_canaries")
-class RandomWordCanaries(Task):
+class RandomWordCanaries(OnMiniPile, Task):
+    offline = True
+    record_unit = "3-random-word canary, x{repeats} in D"
+    extra_licenses = ("Faker en_US word list (MIT)",)
     description = ("Random-word canaries (source 000): three random English words in a fixed template, each "
                    "inserted 1, 3 or 10 times into the adaptation data; mini_pile for everything else.")
     version = "0.1.0"

@@ -285,7 +285,7 @@ def pretrain_groups(task: Any, data: Any, cache: ArtifactCache) -> dict[str, lis
 
 def _split_items(task_names: Iterable[Any]) -> list[tuple[str, Any]]:
     """(label, task) pairs from names ("pile_subset:wiki"), (name, params) pairs, (label, task) or tasks."""
-    from bench.data_cli import make_task, split_label  # the split naming lives with the data command line
+    from tasks.splits import make_task, split_label
     from bench.task import Task
 
     items = []

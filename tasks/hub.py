@@ -123,6 +123,8 @@ from typing import Any, Iterator, Mapping
 from urllib.parse import urlparse
 
 from bench.errors import DataError, PrivbenchError
+# the named released checkpoints are model specs: they live with the specs in the core (re-exported here)
+from bench.modeling import PYTHIA_SPECS
 from bench.params import Param
 from bench.registry import register_task
 from bench.task import TargetRecord, Task, TaskData
@@ -134,25 +136,6 @@ from tasks.user_files import (
 __all__ = ["PYTHIA_SPECS", "known_membership", "open_rows", "is_local_source", "resolve_local_files",
            "Mimir", "PileSplit", "SamSum", "GermanWiki", "EnronUsers"]
 
-#: Pythia checkpoints (Biderman et al. 2023) as model-spec params: ``models: [{name: pythia-70m, params: {...}}]``
-#: with these values. Keys without suffix are the models trained on the deduplicated Pile (the setting of
-#: ``pile_split``); ``-nondedup`` are the models trained on the Pile as is. ``step143000`` is the final
-#: checkpoint (the same weights as ``main``). Both were trained on the Pile train split only, so the Pile
-#: validation/test splits (and MIMIR's non-members) are non-members of every one of them.
-_PYTHIA_ARCH = {  # size: (layers, hidden, heads, vocab_size)
-    "70m": (6, 512, 8, 50304), "160m": (12, 768, 12, 50304), "410m": (24, 1024, 16, 50304),
-    "1b": (16, 2048, 8, 50304), "1.4b": (24, 2048, 16, 50304), "2.8b": (32, 2560, 32, 50304),
-    "6.9b": (32, 4096, 32, 50432), "12b": (36, 5120, 40, 50688),
-}
-PYTHIA_SPECS: dict[str, dict[str, Any]] = {}
-for _size, (_layers, _hidden, _heads, _vocab) in _PYTHIA_ARCH.items():
-    for _suffix, _repo in (("", f"EleutherAI/pythia-{_size}-deduped"), ("-nondedup", f"EleutherAI/pythia-{_size}")):
-        PYTHIA_SPECS[f"pythia-{_size}{_suffix}"] = {
-            "source": "hf", "hf_id": _repo, "revision": "step143000", "num_layers": _layers,
-            "hidden_size": _hidden, "num_heads": _heads, "context_length": 2048, "vocab_size": _vocab,
-            "score_batch_size": 8 if _hidden <= 1024 else 2,
-        }
-del _size, _layers, _hidden, _heads, _vocab, _suffix, _repo
 
 
 def known_membership(data: TaskData) -> dict[str, int]:
@@ -383,6 +366,8 @@ def _source_params(source: str, config: str | None, split: str, n: int | None, s
 
 
 class _HubTask(Task):
+    needs = "the Hugging Face hub (not reachable offline) or a local copy: --params source=<file or dir>"
+
     def _open(self, cache, *, split: str | None = None) -> tuple[Iterator[dict[str, Any]], dict[str, Any]]:
         return open_rows(self.source, config=self.config_name, split=split or self.split, revision=self.revision,
                          streaming=self.streaming, cache_root=getattr(cache, "root", None), task=self.name)

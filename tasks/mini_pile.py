@@ -23,8 +23,18 @@ from tasks.sources import get_source
 SUBSET_SOURCES = {"wiki": "wikipedia", "news": "news"}
 
 
+class OnMiniPile:
+    """For tasks built on ``mini_pile`` (their parameters include its own): its sources and relation are theirs."""
+
+    def provenance(self) -> list[dict]:
+        return MiniPile(**{p.name: self.config[p.name] for p in MiniPile.params}).provenance()
+
+    def relation_label(self) -> str:
+        return "ood" if self.config.get("adapt_domain") else "iid"
+
+
 @register_task("mini_pile")
-class MiniPile(Task):
+class MiniPile(OnMiniPile, Task):
     description = ("Offline mini-Pile: Python standard library code and Shakespeare's plays, partitioned by "
                    "document into pretraining, held-out, attacker population, adaptation and target pools; with "
                    "adapt_domain, every pool but pretraining comes from a domain pretraining did not cover.")
@@ -39,13 +49,17 @@ class MiniPile(Task):
               "learn; null = every pool from the mixture", nullable=True, choices=("wiki", "news")),
     )
 
-    def _provenance(self) -> list[dict]:
-        return [get_source(name).info.to_dict() for name in self.sources]
+    offline = True
+    record_unit = "text chunk <= {record_chars} chars"
+
+    def provenance(self) -> list[dict]:
+        names = list(self.sources) + ([SUBSET_SOURCES[self.adapt_domain]] if self.adapt_domain else [])
+        return [get_source(name).info.to_dict() for name in names]
 
     def build(self, cache: ArtifactCache | None = None) -> TaskData:
         if self.adapt_domain is not None:
             return self._build_domain(cache)
-        provenance = self._provenance()
+        provenance = self.provenance()
         key = content_hash("mini_pile", CACHE_SCHEMA, CORPUS_VERSION, self.config, provenance,
                            module_hash("tasks.corpus", "tasks.sources", "tasks.partition"))
 

@@ -41,7 +41,7 @@ from bench.params import Param
 from bench.registry import register_task
 from tasks.derived import derived_fingerprint, partition_stats
 from bench.task import TargetRecord, Task, TaskData
-from tasks.mini_pile import MiniPile
+from tasks.mini_pile import MiniPile, OnMiniPile
 
 __all__ = ["TEMPLATE", "PROMPT", "ID_DIGITS", "MAX_RECORD_CHARS", "to_ascii", "format_record",
            "make_people", "Names2IDs"]
@@ -139,7 +139,14 @@ def make_people(n: int, locales: list[str], seed: int, *, ascii_names: bool = Tr
 
 
 @register_task("names2ids")
-class Names2IDs(Task):
+class Names2IDs(OnMiniPile, Task):
+    offline = True
+    record_unit = "'Name: <name>, ID: <10 digits>'"
+    extra_licenses = ("synthetic (Faker names, MIT)",)
+
+    def relation_label(self) -> str:
+        return "ood"  # a synthetic directory next to whatever the model was pretrained on
+
     description = ("Names2IDs (source 000): synthetic people 'Name: <name>, ID: <10 digits>' from Faker in several "
                    "locales; adaptation learns a directory, targets are further people; mini_pile for pretraining.")
     version = "0.2.0"

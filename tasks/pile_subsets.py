@@ -393,15 +393,24 @@ class PileSubset(Task):
         mixture = list(dict.fromkeys(self.pretrain_sources))
         self.resolved_relation = resolve_relation(self.subset, self.relation, mixture)
 
-    def _provenance(self) -> list[dict]:
-        names = list(dict.fromkeys(self.pretrain_sources))
+    offline = True
+    variant_param = "subset"
+    record_unit = "text chunk <= {record_chars} chars"
+
+    def relation_label(self) -> str:
+        return self.resolved_relation
+
+    def provenance(self) -> list[dict]:
+        """The pool's own source first, then the rest of the pretraining mixture."""
         source = SUBSETS[self.subset]["source"]
-        if source not in names:
-            names.append(source)
+        names = [source] + [n for n in dict.fromkeys(self.pretrain_sources) if n != source]
         return [get_source(name).info.to_dict() for name in names]
 
     def build(self, cache: ArtifactCache | None = None) -> TaskData:
-        provenance = self._provenance()
+        # the cache key lists the mixture first, then the pool's source (the order it always had)
+        source = SUBSETS[self.subset]["source"]
+        names = list(dict.fromkeys(self.pretrain_sources)) + ([source] if source not in self.pretrain_sources else [])
+        provenance = [get_source(name).info.to_dict() for name in names]
         config = {**self.config, "relation": self.resolved_relation}
         key = content_hash("pile_subset", CACHE_SCHEMA, PILE_SUBSETS_VERSION, CORPUS_VERSION, config, provenance)
 

@@ -81,16 +81,16 @@ from bench.errors import ConfigError, DataError
 from bench.hashing import content_hash
 from bench.params import Param
 from bench.registry import register_task
+# the defender's facts and the secret-run convention live in the game core; re-exported for this module's users
+from bench.units import SECRET_RUN, defender_secrets
 from tasks.derived import derived_fingerprint, partition_stats
 from bench.task import TargetRecord, Task, TaskData
-from tasks.mini_pile import MiniPile
+from tasks.mini_pile import MiniPile, OnMiniPile
 
 __all__ = ["SECRET_KINDS", "CODE_TEMPLATES", "PROSE_TEMPLATES", "SECRET_RUN", "BACKGROUND_PARTITIONS",
            "make_secret", "text_runs", "insert_line", "is_code_text", "defender_secrets", "Secrets"]
 
 SECRET_KINDS = ("word", "codename", "api_key")
-#: a maximal run of the characters secrets are made of; every occurrence of a secret lies inside one run
-SECRET_RUN = re.compile(r"[A-Za-z0-9_\-]+")
 #: a line that looks like Python: a statement keyword, a comment, a call, a comparison, an assignment, brackets
 CODE_LINE = re.compile(r"""^\s*(def |class |import |from \S+ import|return\b|if .*:$|elif |else:|for .*:$|while .*:$"""
                        r"""|try:|except\b|finally:|with .*:$|raise\b|yield\b|@\w|#|\"\"\"|''')|[=!<>]=|\w\("""
@@ -182,29 +182,6 @@ def insert_line(text: str, line: str, rng: np.random.Generator, *, code: bool) -
     return "\n".join(lines[:pos] + [indent + line] + lines[pos:])
 
 
-def defender_secrets(data: TaskData, texts: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """The defender's spec for its training ``texts``: ``{secret: {"secret_id", "p", "r", "n_records"}}``.
-
-    The data owner knows every secret in its own data and its (p_j, r_j) (Ganesh et al. 2025, section 3), target
-    or not: the secrets come from the challenger-only ``data.secret_spec`` (every secret the task inserted) and,
-    for a secret task built without one, from ``target_meta``. Only secrets that occur in ``texts`` are returned;
-    ``n_records`` counts the texts carrying the secret. No label and no partition reach the defense: a target
-    and a background secret get entries of the same form.
-    """
-    spec: dict[str, dict[str, Any]] = {}
-    for s, v in (data.secret_spec or {}).items():
-        spec[s] = {"secret_id": v["secret_id"], "p": v["p"], "r": v["r"], "n_records": 0}
-    for meta in data.target_meta.values():
-        if "secret" in meta:
-            spec.setdefault(meta["secret"], {"secret_id": meta["secret_id"], "p": meta["p"], "r": meta["r"],
-                                             "n_records": 0})
-    by_run = {s.casefold(): s for s in spec}
-    for t in texts:
-        for s_cf in {r for r in SECRET_RUN.findall(t.casefold()) if r in by_run}:
-            spec[by_run[s_cf]]["n_records"] += 1
-    return {s: v for s, v in spec.items() if v["n_records"] > 0}
-
-
 class _SecretDrawer:
     """Draws distinct secrets absent from every text, none inside another (every occurrence is a whole run)."""
 
@@ -229,7 +206,7 @@ class _SecretDrawer:
 
 
 @register_task("secrets")
-class Secrets(Task):
+class Secrets(OnMiniPile, Task):
     description = ("Secrets (Ganesh et al. 2025, Hush): made-up words, codenames or API keys, each inserted into "
                    "several mini_pile records, with a per-secret protection target (p_j, r_j); every adaptation, "
                    "population and held-out record carries a background secret too; unit = secret.")

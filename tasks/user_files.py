@@ -478,6 +478,8 @@ def load_pretrain(path: str | None, *, text_column: str, format: str | None = No
 
 @register_task("local_text")
 class LocalText(Task):
+    needs = "a local data file: --params path=<file.jsonl|.json|.parquet|.csv>"
+
     description = ("A user's own .jsonl/.json/.parquet/.csv file, hash-partitioned into held-out, population, "
                    "adaptation and target pools; pretraining on a second file or on mini_pile's pretraining part.")
     params = (

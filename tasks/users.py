@@ -86,7 +86,7 @@ from tasks.derived import derived_fingerprint, partition_stats
 from bench.task import TargetRecord, Task, TaskData
 # the unit draw lives in the game core; re-exported here for code that imported it from this module
 from bench.units import UNIT_META_KEYS, draw_unit_groups, group_targets_by_unit, unit_key
-from tasks.mini_pile import MiniPile
+from tasks.mini_pile import MiniPile, OnMiniPile
 from tasks.names2ids import DEFAULT_LOCALES, seeded_fakers, to_ascii
 
 __all__ = ["UNIT_META_KEYS", "unit_key", "group_targets_by_unit", "draw_unit_groups", "draw_doc_counts", "assign_topics",
@@ -285,7 +285,7 @@ def _spread(counts: Sequence[int]) -> dict[str, Any]:
 
 
 @register_task("synthetic_users")
-class SyntheticUsers(Task):
+class SyntheticUsers(OnMiniPile, Task):
     description = ("User-stratified corpus (source 002): Faker users with a fixed greeting, signature and personal "
                    "phrases writing about a user-specific topic (real mini_pile records); unit = user, 10% of each "
                    "target user's documents are the attacker's samples; optional canary users sharing a substring.")

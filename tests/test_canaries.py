@@ -318,9 +318,8 @@ def _world_param(name):
     return next((p for p in WORLD_PARAMS if p.name == name), None)
 
 
-@pytest.mark.skipif(_world_param("adapt_target_repeats") is None,
-                    reason="bench.game has no world param adapt_target_repeats")
 def test_random_words_repeated_in_adaptation_explicit(cache):
+    assert _world_param("adapt_target_repeats") is not None  # the world can repeat b = 1 targets in D
     for r in (1, 3, 10):
         d = RandomWordCanaries(max_chars_per_source=BUDGET, n_canaries=50, repeats=r).build(cache)
         ch = Challenger(d, {**WORLD, "adapt_target_repeats": d.public_format["repeats"]}, seed=0)
@@ -330,10 +329,8 @@ def test_random_words_repeated_in_adaptation_explicit(cache):
             assert adapt[text[rid]] == (r if ch.group_of(rid)[1] else 0)
 
 
-@pytest.mark.skipif(getattr(_world_param("adapt_target_repeats"), "default", 1) is not None,
-                    reason="bench.game.Challenger does not yet default adapt_target_repeats to "
-                           "TaskData.public_format['repeats']")
 def test_random_words_repeated_in_adaptation_by_task(cache):
+    assert _world_param("adapt_target_repeats").default is None  # null: the task's own repeats
     for r in (1, 3, 10):
         d = RandomWordCanaries(max_chars_per_source=BUDGET, n_canaries=50, repeats=r).build(cache)
         ch = Challenger(d, WORLD, seed=0)

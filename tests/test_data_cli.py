@@ -1,4 +1,4 @@
-"""Tests for `privbench data` (bench.data_cli): list, show, build, report and one-line errors."""
+"""Tests for `privbench data` (tasks.cli): list, show, build, report and one-line errors."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 import bench.cli as cli
 from bench.cache import ArtifactCache
-from bench.data_cli import data_app, make_task, offline_splits, parse_name, parse_params, split_label
+from tasks.cli import data_app, make_task, offline_splits, parse_name, parse_params, split_label
 from bench.errors import ConfigError, DataError, RegistryError
 
 runner = CliRunner()

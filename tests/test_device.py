@@ -92,8 +92,21 @@ def test_backoff_gives_up_at_batch_one():
     assert calls == [4, 2, 1]
 
 
-def test_release_memory_runs_on_cpu():
-    dev.release_memory(torch.device("cpu"))
+def test_release_memory_frees_dropped_models_on_cpu():
+    """A dropped model caught in a reference cycle (as a model and its optimizer's hooks often are) is freed."""
+    import gc
+    import weakref
+    gc.disable()
+    try:
+        model = torch.nn.Linear(4, 4)
+        model.cycle = model                 # unreachable once dropped, but only the cycle collector frees it
+        alive = weakref.ref(model)
+        del model
+        assert alive() is not None          # reference counting alone did not free it
+        dev.release_memory(torch.device("cpu"))
+        assert alive() is None
+    finally:
+        gc.enable()
 
 
 # -- scoring with a model that runs out of memory above a batch size -------------------------------------------

@@ -187,7 +187,7 @@ def test_dishonest_attack_through_the_runner_finds_nothing(cache, tmp_path, dish
     from bench.runner import Runner
     from bench.store import Store
     from bench.suite import parse_suite
-    from tests.test_runner import TINY
+    from worlds import TINY
 
     store = Store(str(tmp_path / "r.db"))
     raw = dict(TINY, attacks=["loss", "dishonest"], games=["adapt", "joint/fresh", "null"])

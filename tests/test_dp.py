@@ -157,8 +157,8 @@ def _adapt(world, seed: int = 0, **params):
     before = _state(model)
     ctx = world["ctx"]
     ctx = TrainContext(ctx.tokenizer, ctx.device, ctx.max_length, seed, False, False)
-    out = d.adapt(model, world["data"], ctx)
-    return d, before, out
+    d.last = d.adapt(model, world["data"], ctx)   # the Adapted result: model, report, guarantee
+    return d, before, d.last.model
 
 
 def _check_release(world, out, tmp_path):
@@ -179,10 +179,10 @@ def _check_release(world, out, tmp_path):
 
 
 def _check_guarantee(d, target):
-    g = d.guarantee()
+    g = d.last.guarantee
     assert g["name"] == "epsilon" and math.isfinite(g["value"]) and 0 < g["value"] <= target * 1.0001
     assert g["value"] == pytest.approx(g["eps_rdp"]) and g["eps_prv"] is not None and g["eps_prv"] <= g["eps_rdp"]
-    rep = d.training_report()
+    rep = d.last.report
     n = rep["train"]["n_records"]
     assert g["delta"] == pytest.approx(1 / (2 * n)) and g["clip"] == 0.1 and g["poisson"] is True
     assert g["unit"] == "record"
@@ -207,7 +207,7 @@ def test_head_dp_changes_only_the_output_embedding(world, tmp_path):
     d, before, out = _adapt(world, method="head", epsilon=3.0)
     head = [k for k, v in out.state_dict().items() if v.data_ptr() == out.get_output_embeddings().weight.data_ptr()]
     assert _changed(before, _state(out)) == set(head) and head
-    assert d.training_report()["trainable_params"] == out.get_output_embeddings().weight.numel()
+    assert d.last.report["trainable_params"] == out.get_output_embeddings().weight.numel()
     assert all(p.requires_grad for p in out.parameters())
     _check_release(world, out, tmp_path)
     _check_guarantee(d, 3.0)
@@ -222,25 +222,24 @@ def test_lora_dp_merges_into_targeted_modules_only(world, tmp_path, mode):
         module = k.rsplit(".", 1)[0].rsplit(".", 1)[-1]
         assert module in LORA_TARGETS and k.endswith(".weight"), k
     assert not any(k.endswith("bias") or "layernorm" in k or "embed" in k for k in changed)
-    assert d.training_report()["trainable_params"] < 0.2 * d.training_report()["total_params"]
+    assert d.last.report["trainable_params"] < 0.2 * d.last.report["total_params"]
     _check_release(world, out, tmp_path)
     _check_guarantee(d, 1.0)
 
 
 def test_epsilon_inf_is_the_non_private_run(world, tmp_path):
     d, before, out = _adapt(world, method="head", epsilon="inf")
-    g = d.guarantee()
-    assert g["value"] == math.inf and g["name"] == "epsilon" and d.training_report()["ledger"] is None
+    g = d.last.guarantee
+    assert g["value"] == math.inf and g["name"] == "epsilon" and d.last.report["ledger"] is None
     assert _changed(before, _state(out))
     _check_release(world, out, tmp_path)
-    assert DPAdapt(epsilon=".inf").epsilon == math.inf and DPAdapt().guarantee() is None
+    assert DPAdapt(epsilon=".inf").epsilon == math.inf and DPAdapt().guarantee() is None  # nothing adapted: no guarantee
     assert g["unit"] == "record" and not any(k.startswith("group_") for k in g)  # no DP, so no group bound
 
 
 def _adapt_on(world, data: AdaptationData, **params):
     d = DPAdapt(**{"method": "head", "epsilon": 3.0, "epochs": 1.0, "batch_size": 8, "chunk_length": 64, **params})
-    d.adapt(_model(world), data, world["ctx"])
-    return d.guarantee()
+    return d.adapt(_model(world), data, world["ctx"]).guarantee
 
 
 @pytest.mark.parametrize("kind", ["user", "secret", "identical text"])
@@ -315,7 +314,7 @@ def test_dp_clips_per_record_gradients(world):
     tiny, _ = _delta(world, clip=1e-14, noise_multiplier=0.0)
     free, d = _delta(world, clip=1.0, noise_multiplier=0.0)
     assert tiny.abs().max() < 1e-6 < 1e-4 < free.abs().max()
-    assert d.guarantee()["value"] == math.inf  # sigma 0: no guarantee, and the ledger says so
+    assert d.last.guarantee["value"] == math.inf  # sigma 0: no guarantee, and the ledger says so
 
 
 def test_dp_adds_noise(world):
@@ -325,7 +324,7 @@ def test_dp_adds_noise(world):
     corr = lambda a, b: float(torch.corrcoef(torch.stack([a, b]))[0, 1])  # noqa: E731
     assert abs(corr(noisy, clean)) < 0.05 and abs(corr(noisy, noisy2)) < 0.05  # the signal is drowned
     assert 0.45 < float((noisy > 0).float().mean()) < 0.55  # symmetric, random directions
-    assert d.guarantee()["value"] < 1e-2 and d.guarantee()["accountant"] == "given"
+    assert d.last.guarantee["value"] < 1e-2 and d.last.guarantee["accountant"] == "given"
 
 
 def test_poisson_sampling_and_opacus_account(world):

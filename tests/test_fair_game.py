@@ -183,7 +183,7 @@ def test_stateful_attack_through_the_runner_learns_nothing(cache, tmp_path, monk
     from bench.runner import Runner
     from bench.store import Store
     from bench.suite import parse_suite
-    from tests.test_runner import TINY
+    from worlds import TINY
 
     monkeypatch.setitem(ATTACKS._classes, "rememberer", Rememberer)
     store = Store(str(tmp_path / "r.db"))
@@ -324,7 +324,7 @@ def test_rmia_runs_against_a_defense_that_validates(cache, tmp_path):
     from bench.runner import Runner
     from bench.store import Store
     from bench.suite import parse_suite
-    from tests.test_runner import TINY
+    from worlds import TINY
 
     store = Store(str(tmp_path / "r.db"))
     raw = dict(TINY, defenses=[{"name": "early_stop", "params": {"epochs": 1}}], attacks=["rmia"], games=["adapt"],

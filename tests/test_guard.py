@@ -178,8 +178,8 @@ def test_guard_student_keeps_the_gold_token_near_theta_and_hides_membership(worl
     teacher = copy.deepcopy(base)
     from defenses.finetune import FineTune
     FineTune(epochs=20.0, lr=3e-3, batch_size=8, chunk_length=64).adapt(teacher, data, ctx)
-    guard = Guard(top_k=50, **common).adapt(copy.deepcopy(base), data, ctx)
-    kd = KnowledgeDistillation(**common).adapt(copy.deepcopy(base), data, ctx)
+    guard = Guard(top_k=50, **common).adapt(copy.deepcopy(base), data, ctx).model
+    kd = KnowledgeDistillation(**common).adapt(copy.deepcopy(base), data, ctx).model
     loss = {name: (_record_losses(m, ctx, world["members"]), _record_losses(m, ctx, world["others"]))
             for name, m in (("base", base), ("teacher", teacher), ("guard", guard), ("kd", kd))}
     mem = {k: float(v[0].mean()) for k, v in loss.items()}

@@ -7,7 +7,6 @@ No test touches the network: local copies are written to tmp_path, and hub ids r
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pandas as pd
@@ -257,10 +256,8 @@ def offline(monkeypatch):
 
 @pytest.mark.parametrize("cls", [c for c, _ in ALL], ids=lambda c: c.name)
 def test_hub_id_offline_fails_fast_with_advice(cache, offline, cls):
-    t0 = time.perf_counter()
     with pytest.raises(DataError) as exc:
         cls().build(cache)
-    assert time.perf_counter() - t0 < 10
     msg = str(exc.value)
     assert "\n" not in msg
     assert cls.params[0].default in msg  # names the hub id
@@ -281,11 +278,9 @@ def test_unreachable_hub_is_detected_before_any_download(cache, monkeypatch):
         raise AssertionError("load_dataset must not be called when the hub is unreachable")
 
     monkeypatch.setattr(datasets, "load_dataset", no_network)
-    t0 = time.perf_counter()
     with pytest.raises(DataError, match=r"hub dataset 'knkarthick/samsum': the Hugging Face hub is needed but not "
                                         r"reachable .*local copy in the same schema"):
         SamSum().build(cache)
-    assert time.perf_counter() - t0 < 10
 
 
 def test_hub_errors_are_translated():

@@ -249,9 +249,9 @@ def test_hush_adapts_a_model_and_reports_its_guarantee(world):
     model = build_scratch_model(world["spec"], world["tok"], 0)
     before = {k: v.clone() for k, v in model.state_dict().items()}
     d = Hush(epochs=2.0, batch_size=8, chunk_length=64, lr=1e-3)
-    out = d.adapt(model, world["data"], world["ctx"])
+    result = d.adapt(model, world["data"], world["ctx"])
+    out, g = result.model, result.guarantee
     assert any(not torch.equal(before[k], v) for k, v in out.state_dict().items())
-    g = d.guarantee()
     targets = world["data"].secret_targets
     present = {s for ss in world["data"].secrets for s in ss}
     assert g["name"] == "secret_reconstruction" and g["n_secrets"] == len(present) and g["all_targets_met"]
@@ -259,7 +259,7 @@ def test_hush_adapts_a_model_and_reports_its_guarantee(world):
     assert g["steps"] == round(2.0 * 48 / 8)
     for s, v in g["per_secret"].items():
         assert v["r_bound"] <= targets[s][1] * (1 + 1e-9) and v["n_records"] > 0
-    rep = d.training_report()
+    rep = result.report
     assert rep["train"]["steps"] == g["steps"] and math.isfinite(rep["train"]["final_loss"])
     # the released model is the plain architecture, ready for save_pretrained
     assert type(out).__name__ == "GPTNeoXForCausalLM"

@@ -109,7 +109,7 @@ def test_check_hush_applies_its_fixed_rule(monkeypatch, best, kept, holds):
     from bench.trends import check_hush
     rows = [(1.5, 0.9)] * 10 + [(1.0, 1.0)]
     rows[3] = (best, kept)
-    monkeypatch.setattr(defenses.hush, "paper_world", lambda: ([], {}))
+    monkeypatch.setattr(defenses.hush, "paper_world", lambda **kw: ([], {}))
     monkeypatch.setattr(defenses.hush, "paper_sweep", lambda *a: _fake(rows))
     res = check_hush(None)
     assert res.holds is holds
@@ -119,6 +119,6 @@ def test_check_hush_applies_its_fixed_rule(monkeypatch, best, kept, holds):
 def test_check_hush_ignores_the_reference_row(monkeypatch):
     import defenses.hush
     from bench.trends import check_hush
-    monkeypatch.setattr(defenses.hush, "paper_world", lambda: ([], {}))
+    monkeypatch.setattr(defenses.hush, "paper_world", lambda **kw: ([], {}))
     monkeypatch.setattr(defenses.hush, "paper_sweep", lambda *a: _fake([(1.2, 1.0)] * 10 + [(9.0, 1.0)]))
     assert check_hush(None).holds is False

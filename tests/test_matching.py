@@ -16,7 +16,7 @@ from bench.runner import Runner
 from bench.store import Store
 from bench.suite import parse_suite
 from bench.utility import heldout_metrics
-from tests.test_runner import TINY
+from worlds import TINY
 
 MATCH = {"param": "epochs", "grid": [1, 3], "target_loss": 100.0, "n_validation": 10}
 
@@ -66,7 +66,7 @@ def test_runner_keeps_the_value_closest_to_the_target(cache, tmp_path):
 
 def test_match_to_another_defense_is_validated():
     from bench.suite import parse_suite
-    from tests.test_runner import TINY
+    from worlds import TINY
     ok = dict(TINY, defenses=["finetune", {"name": "lora", "match": {"param": "epochs", "grid": [1, 2],
                                                                       "target_defense": "finetune"}}])
     assert parse_suite(ok).defenses[1].match["target_defense"] == "finetune"

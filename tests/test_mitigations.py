@@ -62,12 +62,12 @@ def test_user_limit_trains_only_on_kept_records_and_needs_owners(world):
     d = UserLimit(max_per_user=3, epochs=1.0, batch_size=4)
     model = _model(world)
     rec = _Recorder(model)
-    d.adapt(model, AdaptationData(texts, users=users), world["ctx"])
+    result = d.adapt(model, AdaptationData(texts, users=users), world["ctx"])
     kept = [texts[i] for i in limit_per_user(users, 3, world["ctx"].seed)]
     allowed = {tuple(s) for s in world["ctx"].encode(kept, d.chunk_length)}
     seen = {row for _, row in rec.rows}
     assert seen == allowed and len(allowed) == 12
-    assert d.training_report()["records_kept"] == 12
+    assert result.report["records_kept"] == 12
     with pytest.raises(ConfigError, match="AdaptationData.users"):
         UserLimit().adapt(_model(world), AdaptationData(texts), world["ctx"])
 
@@ -135,8 +135,8 @@ def test_early_stop_trains_on_all_its_data_and_validates_on_held_back_records(wo
     d = EarlyStop(epochs=40.0, lr=2e-2, batch_size=4, eval_interval=2, patience=2)
     model = _model(world)
     rec = _Recorder(model)
-    out = d.adapt(model, AdaptationData(own, validation=held_back), world["ctx"])
-    rep = d.training_report()
+    result = d.adapt(model, AdaptationData(own, validation=held_back), world["ctx"])
+    out, rep = result.model, result.report
     ctx = world["ctx"]
     enc = lambda ts: {tuple(s) for s in ctx.encode(ts, d.chunk_length)}  # noqa: E731
     train_rows = {row for training, row in rec.rows if training}

@@ -33,12 +33,13 @@ def test_released_prefix_model_scores_like_the_in_memory_one(world, tmp_path):
     model = _model(world)
     base_state = {k: v.clone() for k, v in model.state_dict().items()}
     d = DPAdapt(method="prefix", epsilon=float("inf"), prefix_length=4, epochs=2.0, batch_size=8)
-    rel = d.adapt(model, world["data"], world["ctx"])
+    result = d.adapt(model, world["data"], world["ctx"])
+    rel = result.model
     assert isinstance(rel, PrefixRelease)
     trained = {k for k, p in rel.peft_model.named_parameters() if p.requires_grad}
     assert trained and all("prompt_encoder" in k for k in trained)
     assert all(torch.equal(base_state[k], v) for k, v in rel.peft_model.get_base_model().state_dict().items())
-    assert d.guarantee()["value"] == float("inf")  # non-private run: no guarantee
+    assert result.guarantee["value"] == float("inf")  # non-private run: no guarantee
 
     save_release(rel, tmp_path)
     assert is_release(tmp_path)
@@ -70,10 +71,10 @@ def test_released_prefix_model_scores_like_the_in_memory_one(world, tmp_path):
 
 def test_dp_prefix_trains_and_records_its_ledger(world):
     d = DPAdapt(method="prefix", epsilon=8.0, prefix_length=4, epochs=1.0, batch_size=8)
-    rel = d.adapt(_model(world), world["data"], world["ctx"])
-    g = d.guarantee()
+    result = d.adapt(_model(world), world["data"], world["ctx"])
+    rel, g = result.model, result.guarantee
     assert g["method"] == "prefix" and 0 < g["value"] <= 8.0 and g["accountant"] == "rdp"
-    rep = d.training_report()
+    rep = result.report
     assert rep["ledger"]["steps"] == 6 and rep["ledger"]["sigma"] > 0
     assert rep["trainable_params"] == sum(p.numel() for p in rel.peft_model.parameters() if p.requires_grad)
     with pytest.raises(ConfigError, match="grad_sample_mode hooks"):

@@ -245,3 +245,28 @@ def test_cli_table_shows_entry_point_plugin(plugin_dir, monkeypatch, capsys):
     line = next(ln for ln in out.splitlines() if "demo_attack" in ln)
     assert "v9.9" in line and "entry point pbext-demo" in line
     assert "alpha (float, default 0.5)" in out
+
+
+@pytest.mark.parametrize("param", ["reference", "score", "name", "config", "requires"])
+def test_a_parameter_may_not_shadow_the_plugin_api(param):
+    from bench.attack import Attack
+    from bench.errors import RegistryError
+    from bench.params import Param
+    from bench.registry import Registry
+
+    class Shadowing(Attack):
+        params = (Param(param, float, 1.0, "shadows the API"),)
+
+        def score(self, view):
+            return [0.0] * len(view.targets)
+
+    with pytest.raises(RegistryError, match=rf"parameter\(s\) \['{param}'\] would shadow the plugin API"):
+        Registry("attack").register("shadowing")(Shadowing)
+
+
+def test_every_builtin_parameter_name_is_free():
+    from bench.registry import REGISTRIES, reserved_param_names
+    for reg in REGISTRIES.values():
+        for name in reg.names():
+            cls = reg.get(name)
+            assert not reserved_param_names(cls) & {p.name for p in cls.params}, name

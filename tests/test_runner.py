@@ -13,18 +13,7 @@ from bench.runner import Runner
 from bench.store import Store
 from bench.suite import parse_suite
 
-TINY = {
-    "name": "tiny",
-    "seeds": [0],
-    "tasks": [{"name": "mini_pile", "params": {"max_chars_per_source": 400_000}}],
-    "models": [{"name": "nano", "params": {"pretrain_tokens": 6000, "reference_tokens": 4000}}],
-    "defenses": [{"name": "finetune", "params": {"epochs": 1}}],
-    "attacks": ["loss", "min_k"],
-    "games": ["adapt", "null"],
-    "world": {"n_per_group": 8, "n_null": 16, "adapt_background": 8},
-    "metrics": {"n_boot": 50},
-    "utility": {"n_heldout": 20},
-}
+from worlds import TINY  # noqa: E402  (the shared tiny world)
 
 
 class _Bad(Attack):

@@ -166,7 +166,7 @@ def test_runs_through_the_runner_on_every_start_model(cache, tmp_path):
     from bench.runner import Runner
     from bench.store import Store
     from bench.suite import parse_suite
-    from tests.test_runner import TINY
+    from worlds import TINY
 
     params = dict(n_prompts=12, prompt_tokens=6, generate_tokens=12, epochs=1.0)
     raw = dict(TINY, attacks=["loss", {"name": "self_prompt", "params": params}], games=["adapt", "joint/fresh"])

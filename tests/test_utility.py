@@ -14,7 +14,7 @@ from bench.store import Store
 from bench.suite import parse_suite
 from bench.utility import continuation_pairs, generation_metrics, heldout_metrics, rouge_scores
 from tests.fakes import UnigramLM, make_texts
-from tests.test_runner import TINY
+from worlds import TINY
 
 
 def _lcs(a: list[str], b: list[str]) -> int:

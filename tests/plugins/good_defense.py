@@ -1,6 +1,6 @@
 """A well-behaved submitted defense: fine-tuning with a smaller learning rate (test fixture)."""
 
-from bench.defense import Defense, TrainContext
+from bench.defense import Adapted, Defense, TrainContext
 from bench.params import Param
 from bench.registry import register_defense
 from bench.training import train_causal_lm
@@ -18,5 +18,4 @@ class GentleFineTune(Defense):
     def adapt(self, model, data, ctx: TrainContext):
         stats = train_causal_lm(model, ctx.encode(data.texts, 64), epochs=self.epochs, lr=self.lr, batch_size=8,
                                 seed=ctx.seed, pad_id=ctx.pad_id, device=ctx.device, progress=False)
-        self._report = {"train": stats.to_dict()}
-        return model
+        return Adapted(model, {"train": stats.to_dict()})

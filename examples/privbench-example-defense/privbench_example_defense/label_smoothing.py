@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from bench.defense import Defense, TrainContext
+from bench.defense import Adapted, Defense, TrainContext
 from bench.params import Param
 from bench.registry import register_defense
 from bench.training import collate
@@ -32,7 +32,7 @@ class LabelSmoothingFineTune(Defense):
         Param("chunk_length", int, 128, "tokens per training record (longer records are truncated)", low=8),
     )
 
-    def adapt(self, model: torch.nn.Module, data, ctx: TrainContext) -> torch.nn.Module:
+    def adapt(self, model: torch.nn.Module, data, ctx: TrainContext) -> Adapted:
         seqs = ctx.encode(data.texts, self.chunk_length)
         gen = torch.Generator().manual_seed(ctx.seed)
         opt = torch.optim.AdamW(model.parameters(), lr=self.lr)
@@ -50,5 +50,4 @@ class LabelSmoothingFineTune(Defense):
             loss.backward()
             opt.step()
         model.eval()
-        self._report = {"train": {"steps": n_steps, "final_loss": float(loss.detach())}}
-        return model
+        return Adapted(model, report={"train": {"steps": n_steps, "final_loss": float(loss.detach())}})

@@ -1,5 +1,10 @@
 """`privbench data`: build, list and inspect the standard data splits, and the dataset distance report.
 
+The data command line belongs to the tasks: it reads what each task declares (``Task.offline``,
+``variant_param``, ``record_unit``, ``extra_licenses``, ``needs``, ``relation_label()``, ``provenance()``), so a
+new task appears here without editing this module, and privbench's core registers the command through its
+registry (``bench.registry.CLI_EXTENSIONS``) without importing it.
+
 A *split* is a task with the parameters that select one data set. Names:
 
 * a registered task name, e.g. ``mini_pile``, ``names2ids``, ``random_word_canaries``;
@@ -12,130 +17,21 @@ YAML (numbers, ``true``/``false``, ``[a, b]``), except for string parameters, wh
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 import time
 from typing import Any, List, Optional
 
 import typer
-import yaml
 
-from bench.errors import ConfigError, PrivbenchError, RegistryError
+from bench.errors import ConfigError, PrivbenchError
+# split names are shared with the distance report: they live in tasks.splits (re-exported here)
+from tasks.splits import make_task, offline_splits, parse_name, parse_params, split_label  # noqa: F401
 
 data_app = typer.Typer(help="Build, list and inspect the standard data splits.", no_args_is_help=True,
                        add_completion=False, pretty_exceptions_enable=False)
 
 CACHE_HELP = "Artifact cache dir (default $PRIVBENCH_CACHE or ~/.cache/privbench)."
-#: task -> the parameter that ``task:<variant>`` sets
-QUALIFIERS = {"pile_subset": "subset", "canaries": "prefix_type"}
-#: what a split's records are and who owns membership, for the built-in offline tasks (before building)
-_RECORD_UNITS = {
-    "mini_pile": "text chunk <= {record_chars} chars",
-    "pile_subset": "text chunk <= {record_chars} chars",
-    "canaries": "{l}-token canary prefix + mini_pile record",
-    "random_word_canaries": "3-random-word canary, x{repeats} in D",
-    "names2ids": "'Name: <name>, ID: <10 digits>'",
-}
-_STATIC_RELATION = {"mini_pile": "iid", "canaries": "iid", "random_word_canaries": "iid", "names2ids": "ood"}
-_EXTRA_LICENSES = {"names2ids": "synthetic (Faker names, MIT)",
-                   "random_word_canaries": "Faker en_US word list (MIT)"}
-_NEEDS = {
-    "tasks.hub": "the Hugging Face hub (not reachable offline) or a local copy: --params source=<file or dir>",
-    "tasks.user_files": "a local data file: --params path=<file.jsonl|.json|.parquet|.csv>",
-}
-
-
-# ------------------------------------------------------------------------------------------ naming
-
-def offline_splits() -> list[str]:
-    """Every split that builds offline with its defaults: the default of `data build --all`."""
-    from tasks.canaries import PREFIX_TYPES
-    from tasks.pile_subsets import SUBSETS
-
-    return (["mini_pile"] + [f"pile_subset:{s}" for s in SUBSETS] + [f"canaries:{t}" for t in PREFIX_TYPES]
-            + ["random_word_canaries", "names2ids"])
-
-
-def _suggest(name: str) -> str:
-    from bench.registry import TASKS
-
-    known = list(dict.fromkeys(offline_splits() + TASKS.names()))
-    close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-    if not close:  # "wiki" -> "pile_subset:wiki", "rare" -> "canaries:rare"
-        close = [k for k in known if ":" in k and k.split(":", 1)[1] == name][:1]
-    return f"did you mean '{close[0]}'?" if close else "see `privbench data list`"
-
-
-def parse_name(name: str) -> tuple[str, dict[str, Any]]:
-    """``"pile_subset:wiki"`` -> ``("pile_subset", {"subset": "wiki"})``; RegistryError/ConfigError if unknown."""
-    from bench.registry import TASKS
-
-    base, _, variant = str(name).partition(":")
-    if base not in TASKS.names():
-        raise RegistryError(f"unknown data split '{name}': {_suggest(name)}")
-    if not variant:
-        return base, {}
-    if base not in QUALIFIERS:
-        raise ConfigError(f"task '{base}' has no variants: use '{base}' and give parameters with --params k=v")
-    param = next(p for p in TASKS.get(base).params if p.name == QUALIFIERS[base])
-    if param.choices and variant not in param.choices:
-        close = difflib.get_close_matches(variant, [str(c) for c in param.choices], n=1, cutoff=0.5)
-        hint = f"did you mean '{base}:{close[0]}'?" if close else \
-            f"use one of {', '.join(f'{base}:{c}' for c in param.choices)}"
-        raise ConfigError(f"unknown {param.name} '{variant}' in data split '{name}': {hint}")
-    return base, {param.name: variant}
-
-
-def parse_params(items: Optional[List[str]], task_name: str) -> dict[str, Any]:
-    """``["k=v", ...]`` -> a dict, each value typed by the task's parameter declaration."""
-    from bench.registry import TASKS
-
-    specs = {p.name: p for p in TASKS.get(task_name).params}
-    out: dict[str, Any] = {}
-    for item in items or []:
-        key, sep, raw = str(item).partition("=")
-        key = key.strip()
-        if not sep or not key:
-            raise ConfigError(f"cannot read parameter '{item}': write it as name=value, "
-                              f"e.g. max_chars_per_source=300000")
-        spec = specs.get(key)
-        if spec is not None and spec.type is str:
-            value: Any = raw
-        else:
-            try:
-                value = yaml.safe_load(raw) if raw.strip() else None
-            except yaml.YAMLError:
-                value = raw
-            if spec is not None and spec.type is list and isinstance(value, str):
-                value = [v.strip() for v in value.split(",") if v.strip()]
-        out[key] = value
-    return out
-
-
-def make_task(name: str, params: Optional[dict[str, Any]] = None):
-    """The configured task of a split name plus parameters (validated by the task)."""
-    from bench.registry import TASKS
-
-    base, fixed = parse_name(name)
-    params = dict(params or {})
-    for key, value in fixed.items():
-        if key in params and params[key] != value:
-            raise ConfigError(f"data split '{name}' sets {key}={value} but the parameters say {key}={params[key]}: "
-                              f"give it once")
-    return TASKS.create(base, {**params, **fixed})
-
-
-def split_label(name: str, params: Optional[dict[str, Any]] = None) -> str:
-    """Display name: the split name, plus ``[k=v,...]`` for extra parameters."""
-    base, fixed = parse_name(name)
-    extra = {k: v for k, v in (params or {}).items() if k not in fixed}
-    if not extra:
-        return name
-    def show(v: Any) -> str:
-        return "+".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)
-
-    return f"{name}[{','.join(f'{k}={show(v)}' for k, v in extra.items())}]"
 
 
 # ------------------------------------------------------------------------------------------ facts
@@ -149,46 +45,25 @@ def short_license(text: str) -> str:
     return re.split(r"[;:]", bare)[0].strip() or text
 
 
-def _source_infos(task) -> list[dict[str, Any]]:
-    from tasks.sources import get_source
-
-    if hasattr(task, "_provenance"):
-        return list(task._provenance())
-    names = getattr(task, "config", {}).get("sources")
-    return [get_source(n).info.to_dict() for n in names] if names else []
-
-
 def _licenses(task) -> list[str]:
     out: list[str] = []
     try:
-        infos = _source_infos(task)
+        infos = task.provenance()
     except PrivbenchError as exc:  # a source package is missing: say so instead of failing the listing
         return [f"unknown ({exc})"]
-    if task.name == "pile_subset":  # the pool's own source first
-        from tasks.pile_subsets import SUBSETS
-        own = SUBSETS[task.config["subset"]]["source"]
-        infos.sort(key=lambda s: s.get("name") != own)
     for info in infos:
         lic = short_license(str(info.get("license", "")))
         if lic and lic not in out:
             out.append(lic)
-    if task.name in _EXTRA_LICENSES:
-        out.append(_EXTRA_LICENSES[task.name])
+    out.extend(task.extra_licenses)
     return out
 
 
-def _static_relation(task) -> str:
-    if task.name == "pile_subset":
-        return getattr(task, "resolved_relation", task.config.get("relation", "?"))
-    return _STATIC_RELATION.get(task.name, "?")
-
-
 def _record_unit(task) -> str:
-    pattern = _RECORD_UNITS.get(task.name, "record")
     try:
-        return pattern.format(**task.config)
+        return task.record_unit.format(**task.config)
     except (KeyError, IndexError):
-        return pattern
+        return task.record_unit
 
 
 def _built(task, cache) -> str:
@@ -232,7 +107,7 @@ def list_(
     rows: list[dict[str, Any]] = []
     for name in offline_splits():
         task = make_task(name)
-        row: dict[str, Any] = {"name": name, "relation": _static_relation(task), "unit": _record_unit(task),
+        row: dict[str, Any] = {"name": name, "relation": task.relation_label(), "unit": _record_unit(task),
                                "membership": "record", "licenses": _licenses(task), "built": _built(task, store)}
         if sizes:
             data = task.build(store)
@@ -247,8 +122,8 @@ def list_(
         if tname in offline:
             continue
         cls = TASKS.get(tname)
-        needs.append({"name": tname, "needs": _NEEDS.get(cls.__module__, "not known to build offline: see its "
-                                                                         "parameters in `privbench list tasks`"),
+        needs.append({"name": tname, "needs": cls.needs or "not built by `data build --all`: see its parameters "
+                                                           "in `privbench list tasks`",
                       "description": cls.description})
     if fmt == "json":
         typer.echo(json.dumps({"splits": rows, "needs_source": needs}, indent=2))
