@@ -125,7 +125,7 @@ def test_shipped_baseline_is_a_smoke_run(tmp_path):
         (run,) = [r for r in store.list_runs() if r["status"] == "complete" and r["suite"] == "smoke"]
         rows = store.metric_rows(run["id"])
     cells = {(r["defense"], r["game"], r["attack"]) for r in rows if r["metric"] == "auc"}
-    assert len(cells) == 2 * 7 * 5
+    assert len(cells) == 3 * 7 * 5          # none, finetune, lora × seven games × five attacks
     assert all(r["ci_low"] <= r["value"] <= r["ci_high"] for r in rows if r["metric"] == "auc")
     # the baseline compared with itself passes; the copy opened read-only is left untouched
     copy = tmp_path / "copy.db"
