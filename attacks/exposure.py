@@ -1,13 +1,14 @@
-"""Canary exposure (Carlini et al., 2019), by sampling and by distribution modelling (source 004 B.5, appendix F).
+"""Canary exposure (Carlini et al., 2019), by sampling and by distribution modelling (Marek et al. 2026,
+appendices B.5 and F).
 
-For each target canary the attacker draws fresh reference canaries of the same public format (source 004:
-256 freshly generated prefixes on the same carrier; source 000: fresh random-word triples), ranks the target
+For each target canary the attacker draws fresh reference canaries of the same public format (Marek et al. 2026:
+256 freshly generated prefixes on the same carrier; Segal et al. 2025: fresh random-word triples), ranks the target
 among them by the model's log-perplexity, and reports
 
-    exposure = log2 |R ∪ {x}| − log2 rank(x)                                       (004 eq. 7)
+    exposure = log2 |R ∪ {x}| − log2 rank(x)                        (Marek et al. 2026, eq. 7)
 
 (``estimator: sampling``), or −log2 F(x) with F the fitted skew-normal CDF of the references'
-log-perplexities (``estimator: skewnorm``, 004 appendix F). An unmemorised canary has expected exposure
+log-perplexities (``estimator: skewnorm``, Marek et al. 2026, appendix F). An unmemorised canary has expected exposure
 1/ln 2 ≈ 1.44. The references depend only on the public format, the target's text and a seed — never on
 membership — so members and non-members are treated alike. Exposure is also a membership score (higher =
 member), so the game's AUC applies; the runner adds mean and 95th-percentile exposure of positives and
@@ -45,13 +46,13 @@ def skewnorm_exposure(target_score: float, reference_scores: np.ndarray) -> floa
 class ExposureAttack(Attack):
     family = "exposure"
     description = "Canary exposure: rank of the canary among fresh references of its public format (sampling or skew-normal)."
-    reference = "Carlini et al. 2019; source 004 eq. (7), B.5, appendix F; source 000 §5"
+    reference = "Carlini et al. 2019; Marek et al. 2026, eq. (7), appendices B.5 and F; Segal et al. 2025, §5"
     requires = frozenset({TOKEN_LOGPROBS})
     params = (
         Param("estimator", str, "sampling", "sampling (rank among references) or skewnorm (distribution model)",
               choices=("sampling", "skewnorm")),
-        Param("n_references", int, None, "references per canary; null = the task's (256 in source 004)", low=8,
-              nullable=True),
+        Param("n_references", int, None, "references per canary; null = the task's (256 in Marek et al. 2026)",
+              low=8, nullable=True),
         Param("seed", int, 0, "seed of the reference draw", low=0),
     )
 

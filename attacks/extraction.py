@@ -5,12 +5,13 @@ The game's labels (member = in the training data) let the runner report the outc
 non-members (the control: what the model emits for records it never saw) with :func:`extraction_metrics`.
 The outcomes are also membership scores (higher = more extracted), so the game's AUC applies as well.
 
-``k_extraction`` (source 004 B.6 and A.3; source 001 §5.2, Definition 5.1, after Carlini et al. 2023a)
+``k_extraction`` (Marek et al. 2026, appendices B.6 and A.3; Ganesh et al. 2025, §5.2, Definition 5.1;
+after Carlini et al. 2023a)
     A suffix ``s`` is extractable with ``k`` tokens of context if greedy decoding from the length-``k``
     prefix ``p`` of the training sequence ``[p || s]`` emits exactly ``s``. For each target: cut it after
-    its first ``k`` tokens (004: ``k = 10``), greedy-decode ``len(s)`` tokens and score 1.0 when the decoded
+    its first ``k`` tokens (Marek et al.: ``k = 10``), greedy-decode ``len(s)`` tokens and score 1.0 when the decoded
     continuation equals the decoded true suffix character for character (nothing stripped), else 0.0.
-    ``s`` is the next ``suffix_tokens`` tokens (001: "the subsequent m tokens"), clipped to what the target
+    ``s`` is the next ``suffix_tokens`` tokens (Ganesh et al.: "the subsequent m tokens"), clipped to what the target
     has; ``suffix_tokens: null`` takes the whole remainder.
     Deviations: the attacker sees text, not token ids, so the prompt is the *decoded* first ``k`` tokens and
     the model re-encodes it (identical ids unless the cut falls inside a word that BPE then merges
@@ -18,18 +19,18 @@ The outcomes are also membership scores (higher = more extracted), so the game's
     0; a clipped (short) suffix is easier to reproduce than a full ``suffix_tokens`` one.
     Tokenisation goes through ``split_at_token(text, n_tokens) -> (head, tail)`` of the released model.
 
-``pii_extraction`` (source 000 §5.2, "PII extraction", Names2IDs)
+``pii_extraction`` (Segal et al. 2025, §5.2, "PII extraction", Names2IDs)
     Prompt ``"Name: <name>, ID:"`` (the task's public ``prompt``), record the next greedy token, append it,
     repeat. Score = the number of leading ID digits recovered correctly (0 .. ``id_digits``); the average over
     targets is the average extracted length (AEL), the share with all digits the full extraction rate (FER).
     Implementation: one greedy ``generate`` call per prompt. Greedy decoding appends the argmax token and
-    repeats, exactly 000's adaptive loop at the token level, and it is prefix-consistent (the first j tokens
+    repeats, exactly Segal et al.'s adaptive loop at the token level, and it is prefix-consistent (the first j tokens
     of an N-token greedy continuation are the j-token continuation), so generating enough tokens at once
     and reading the leading digits equals stopping the loop after the ID. The template's separator between
     prompt and ID (here one space) is dropped when the continuation starts with it; the digits must follow
-    immediately; digits after a wrong one are not counted (000 counts the extracted *prefix* length).
+    immediately; digits after a wrong one are not counted (Segal et al. count the extracted *prefix* length).
 
-``tte`` (source 000 §5.2, "Token-by-token extraction"; selective classification of Geifman & El-Yaniv 2017)
+``tte`` (Segal et al. 2025, §5.2, "Token-by-token extraction"; selective classification of Geifman & El-Yaniv 2017)
     At every position of the target, the adversary predicts the next token greedily from the true prefix
     (``TokenSignals.top1``: the argmax is the true token) and keeps the prediction iff its probability
     (the maximum next-token probability) clears a threshold. Per target value = ACC, the accuracy when the
@@ -39,7 +40,7 @@ The outcomes are also membership scores (higher = more extracted), so the game's
     signals' ``top1_logprob`` where the model provides it; otherwise ``log p`` of the true token where it is
     the argmax (then it *is* the maximum) and the maximum of ``next_token_logprobs`` of the decoded prefix
     elsewhere (exact where the decoded prefix re-encodes to the same tokens; a cut inside a word may not).
-    Deviation: 000 thresholds the probability of the generated token (or a likelihood ratio
+    Deviation: Segal et al. threshold the probability of the generated token (or a likelihood ratio
     against a reference, appendix C.2); we use the target model's own probability, no reference.
 """
 
@@ -120,10 +121,11 @@ class KExtractionAttack(ExtractionAttack):
     extraction_kind = "k_extraction"  # which extraction_metrics rows the runner adds
     description = ("k-extractable memorization: greedy decoding from the target's first k tokens reproduces its "
                    "next suffix_tokens tokens exactly (1) or not (0).")
-    reference = "Carlini et al. 2023a; source 004 B.6 (k = 10) and A.3; source 001 §5.2 Definition 5.1"
+    reference = ("Carlini et al. 2023a; Marek et al. 2026, appendix B.6 (k = 10) and A.3; Ganesh et al. 2025, §5.2, "
+                 "Definition 5.1")
     requires = frozenset({GENERATE})
     params = (
-        Param("k", int, 10, "tokens of context given to the model (source 004: 10)", low=1),
+        Param("k", int, 10, "tokens of context given to the model (Marek et al. 2026: 10)", low=1),
         Param("suffix_tokens", int, 50, "suffix length in tokens, clipped to the target's remaining tokens; "
               "null = the whole remainder", low=1, nullable=True),
     )
@@ -213,7 +215,7 @@ class PIIExtractionAttack(ExtractionAttack):
     extraction_kind = "pii"
     description = ("PII extraction (Names2IDs): prompt 'Name: <name>, ID:', decode greedily token by token; score = "
                    "leading ID digits recovered (mean = AEL; all digits = full extraction, FER).")
-    reference = "source 000 §5.2 (PII extraction, AEL and FER on Names2IDs)"
+    reference = "Segal et al. 2025, §5.2 (PII extraction, AEL and FER on Names2IDs)"
     requires = frozenset({GENERATE})
     params = (
         Param("max_new_tokens", int, None, "tokens decoded per prompt; null = id_digits + the separator's length "
@@ -236,7 +238,8 @@ class PIIExtractionAttack(ExtractionAttack):
 
 # -- token-by-token extraction ---------------------------------------------------------------------
 def accuracy_coverage_auc(correct, confidence) -> float:
-    """Area under the accuracy-coverage curve of selective prediction (source 000 TTE; Geifman & El-Yaniv 2017).
+    """Area under the accuracy-coverage curve of selective prediction (TTE of Segal et al. 2025; Geifman &
+    El-Yaniv 2017).
 
     Predictions are accepted in order of decreasing confidence; after accepting the top ``i`` of ``n`` the
     coverage is ``i/n`` and the accuracy the share of them that is correct. The area over coverage (0, 1] is
@@ -276,7 +279,7 @@ class TTEAttack(ExtractionAttack):
     description = ("Token-by-token extraction: predict every next token greedily from the true prefix; value = "
                    "accuracy when always accepting (ACC); accuracy-coverage AUC over confidence = max next-token "
                    "probability.")
-    reference = "source 000 §5.2 (TTE: accuracy-coverage AUC and ACC); Geifman & El-Yaniv 2017"
+    reference = "Segal et al. 2025, §5.2 (TTE: accuracy-coverage AUC and ACC); Geifman & El-Yaniv 2017"
     requires = frozenset({TOKEN_LOGPROBS, NEXT_TOKEN_DISTRIBUTION})
     params = ()
 

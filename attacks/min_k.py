@@ -1,6 +1,7 @@
-"""Min-K% Prob (Shi et al., 2024): mean log-prob of the K% least likely tokens. Source 004 eq. (3).
+"""Min-K% Prob (Shi et al., 2024): mean log-prob of the K% least likely tokens. Marek et al. 2026,
+appendix A.2, eq. (3).
 
-Source 004 grid-searches K; a suite sweeps it with ``{name: min_k, sweep: {k: [0.05, 0.1, 0.2, 0.5]}}``
+Marek et al. grid-search K; a suite sweeps it with ``{name: min_k, sweep: {k: [0.05, 0.1, 0.2, 0.5]}}``
 (bench/suite.py), each K its own labelled entry, ``min_k(k=0.1)``.
 """
 
@@ -36,7 +37,8 @@ def lowest_k_mean(values: np.ndarray, k: float) -> float:
 class MinKAttack(Attack):
     version = "0.2.0"  # 0.2.0: exact ⌈k·n⌉ token count (0.1·30 no longer rounds up to 4)
     description = "Mean log-probability of the K% tokens with the lowest probability (Shi et al. 2024)."
-    reference = "Shi et al. 2024; source 004 A.2 eq. (3); K = 20% as in source 003"
+    reference = ("Shi et al. 2024; Marek et al. 2026, appendix A.2, eq. (3); K = 20% as in "
+                 "GUARD (anonymous preprint, 2025)")
     params = (Param("k", float, 0.2, "fraction of lowest-probability tokens averaged", low=0.0, high=1.0,
                     low_inclusive=False),)
 

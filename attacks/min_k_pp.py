@@ -20,7 +20,7 @@ def min_k_pp_token_scores(logprobs: np.ndarray, mu: np.ndarray, sigma2: np.ndarr
 class MinKPlusPlusAttack(Attack):
     version = "0.2.0"  # 0.2.0: exact ⌈k·n⌉ token count (0.1·30 no longer rounds up to 4)
     description = "Min-K% over tokens standardised by the mean and std of log p under the model (Zhang et al. 2024)."
-    reference = "Zhang et al. 2024 (Min-K%++); source 003 §4.1, K = 20%"
+    reference = "Zhang et al. 2024 (Min-K%++); GUARD (anonymous preprint, 2025), §4.1, K = 20%"
     params = (Param("k", float, 0.2, "fraction of lowest standardised tokens averaged", low=0.0, high=1.0,
                     low_inclusive=False),)
 

@@ -1,6 +1,6 @@
 """Reference (Ratio) attack (Carlini et al., 2021): target loss calibrated by a reference model's loss.
 
-Source 004 A.2 eq. (4): Ref(x) = L(x|θ) / L(x|θ_ref); a member has a low ratio,
+Marek et al. 2026, appendix A.2, eq. (4): Ref(x) = L(x|θ) / L(x|θ_ref); a member has a low ratio,
 so the score is its negation. The reference is the released base model θ where
 the game releases it (joint and post-adaptation games), else the attacker's own
 reference model trained on population data.
@@ -20,12 +20,12 @@ from bench.registry import register_attack
 @register_attack("reference")
 class ReferenceAttack(Attack):
     description = "Loss ratio between the released model and a reference model (base θ if released, else the attacker's)."
-    reference = "Carlini et al. 2021; source 004 A.2 eq. (4): score = -L(x|θ)/L(x|θ_ref)"
+    reference = "Carlini et al. 2021; Marek et al. 2026, appendix A.2, eq. (4): score = -L(x|θ)/L(x|θ_ref)"
     requires = frozenset({TOKEN_LOGPROBS, REFERENCE_MODEL})
     params = (
         Param("calibrate_with", str, "auto", "auto: base θ if the game releases it, else the attacker's reference",
               choices=("auto", "base", "reference")),
-        Param("mode", str, "ratio", "ratio (source 004 eq. 4) or difference L(x|θ) - L(x|θ_ref)",
+        Param("mode", str, "ratio", "ratio (Marek et al. 2026, eq. 4) or difference L(x|θ) - L(x|θ_ref)",
               choices=("ratio", "difference")),
     )
 

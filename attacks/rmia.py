@@ -1,4 +1,5 @@
-"""RMIA, offline (Zarifzadeh et al., 2024), adapted to language models as in source 004 Algorithm 1.
+"""RMIA, offline (Zarifzadeh et al., 2024), adapted to language models as in Marek et al. 2026,
+Algorithm 1.
 
 For a target x and population samples z (attacker-owned, never trained on):
 
@@ -33,7 +34,7 @@ from bench.registry import register_attack
 
 def rmia_scores(target_x: np.ndarray, refs_x: np.ndarray, target_z: np.ndarray, refs_z: np.ndarray, *,
                 alpha: float, gamma: float, tie_break: bool = True) -> np.ndarray:
-    """Algorithm 1 of source 004, vectorised. ``refs_*`` have shape (k, n)."""
+    """Algorithm 1 of Marek et al. 2026, vectorised. ``refs_*`` have shape (k, n)."""
     def ratio(t, refs):
         mixed = 0.5 * ((1.0 + alpha) * refs.mean(axis=0) + (1.0 - alpha))
         return t / np.maximum(mixed, 1e-12)
@@ -47,9 +48,9 @@ def rmia_scores(target_x: np.ndarray, refs_x: np.ndarray, target_z: np.ndarray, 
 
 @register_attack("rmia")
 class RMIAAttack(Attack):
-    description = ("RMIA offline (source 004 Alg. 1): how often the target's loss ratio against attacker shadows "
-                   "beats population samples'; α tuned on a shadow pair.")
-    reference = "Zarifzadeh et al. 2024; source 004 Algorithm 1 and eqs. (5)-(6), appendix B.4"
+    description = ("RMIA offline (Marek et al. 2026, Algorithm 1): how often the target's loss ratio against "
+                   "attacker shadows beats population samples'; α tuned on a shadow pair.")
+    reference = "Zarifzadeh et al. 2024; Marek et al. 2026, Algorithm 1 and eqs. (5)-(6), appendix B.4"
     requires = frozenset({TOKEN_LOGPROBS, SHADOW_MODELS})
     params = (
         Param("gamma", float, 1.0, "threshold γ on Ratio_x / Ratio_z", low=0.0, low_inclusive=False),

@@ -1,4 +1,5 @@
-"""Self-prompt calibration (Fu et al., NeurIPS 2024, "SPV-MIA"), as source 003 uses it (§4.1, appendix A.6).
+"""Self-prompt calibration (Fu et al., NeurIPS 2024, "SPV-MIA"), as GUARD (anonymous preprint, 2025) uses it
+(§4.1, appendix A.6).
 
 The attacker has no data from the fine-tuning distribution, so it asks the released model for some: it prompts
 θ' with short prefixes of its own population records, collects the greedy continuations, and fine-tunes a copy
@@ -8,7 +9,7 @@ distribution but not on x", and the score is the calibrated likelihood
     score(x) = log p_θ'(x) − log p_θsp(x) = L(x | θ_sp) − L(x | θ')        (mean token log-likelihoods)
 
 (SPV-MIA's likelihood-ratio form with the self-prompted reference; ``mode: ratio`` gives
-−L(x|θ')/L(x|θ_sp) as in source 004 eq. 4). Higher = member.
+−L(x|θ')/L(x|θ_sp) as in Marek et al. 2026, eq. 4). Higher = member.
 
 Deviations, stated:
 
@@ -16,9 +17,9 @@ Deviations, stated:
   by a mask-filling model) is omitted: it needs a separate T5-style mask filler that the offline benchmark does
   not have. The likelihood-ratio form above is SPV-MIA's score with the variation replaced by the likelihood.
 * The copy that is fine-tuned is the attacker's calibration model: θ where the game releases it (joint and
-  post-adaptation games), else the attacker's reference model trained on population data. Source 003 fine-tunes
-  the reference for 4 epochs (the default here); its "extreme" variant trains on the target's own fine-tuning
-  data, which an attacker does not have and privbench does not give it.
+  post-adaptation games), else the attacker's reference model trained on population data. The GUARD
+  paper fine-tunes the reference for 4 epochs (the default here); its "extreme" variant trains on the
+  target's own fine-tuning data, which an attacker does not have and privbench does not give it.
 * Generation is greedy (the model API's generate); SPV-MIA samples. Distinct population prefixes give distinct
   continuations, and the benchmark stays deterministic.
 * Sizes fit the smoke-sized world: by default 200 prompts of 8 tokens and 48 generated tokens each, not the
@@ -41,15 +42,15 @@ from bench.registry import register_attack
 class SelfPromptAttack(Attack):
     description = ("Self-prompt calibration (SPV-MIA): likelihood under the released model over that under a copy "
                    "of the attacker's model fine-tuned on the released model's own generations.")
-    reference = ("Fu et al. 2024 (SPV-MIA, self-prompt reference); source 003 §4.1 and A.6: "
-                 "score = L(x|θ_sp) − L(x|θ'), probabilistic-variation term omitted")
+    reference = ("Fu et al. 2024 (SPV-MIA, self-prompt reference); GUARD (anonymous preprint, 2025), §4.1 and "
+                 "appendix A.6: score = L(x|θ_sp) − L(x|θ'), probabilistic-variation term omitted")
     requires = frozenset({TOKEN_LOGPROBS, GENERATE, POPULATION, FINETUNE_REFERENCE})
     params = (
         Param("n_prompts", int, 200, "population records whose prefixes prompt the released model", low=1),
         Param("prompt_tokens", int, 8, "tokens of each population record used as the prompt", low=1),
         Param("generate_tokens", int, 48, "tokens generated per prompt", low=1),
-        Param("epochs", float, 4.0, "fine-tuning passes over the generations (source 003 A.6: 4)", low=0.0,
-              low_inclusive=False),
+        Param("epochs", float, 4.0, "fine-tuning passes over the generations (GUARD, anonymous preprint 2025, "
+              "appendix A.6: 4)", low=0.0, low_inclusive=False),
         Param("lr", float, 1e-3, "AdamW learning rate of the reference fine-tune", low=0.0, low_inclusive=False),
         Param("batch_size", int, 16, "fine-tuning batch size", low=1),
         Param("include_prompt", bool, True, "train on prompt + generation (else the generation alone)"),

@@ -1,4 +1,7 @@
-"""Zlib attack (Carlini et al., 2021): loss calibrated by the text's zlib entropy. Source 003 §4.1."""
+"""Zlib attack (Carlini et al., 2021): loss calibrated by the text's zlib entropy.
+
+As in GUARD (anonymous preprint, 2025), §4.1.
+"""
 
 from __future__ import annotations
 
@@ -18,7 +21,7 @@ def zlib_entropy(text: str) -> int:
 @register_attack("zlib")
 class ZlibAttack(Attack):
     description = "Token loss divided by zlib entropy; members have low loss relative to their compressibility."
-    reference = "Carlini et al. 2021; source 003 §4.1: score = -L(x|θ) / zlib(x)"
+    reference = "Carlini et al. 2021; GUARD (anonymous preprint, 2025), §4.1: score = -L(x|θ) / zlib(x)"
 
     def score(self, view):
         sig = view.model.token_signals(view.texts)

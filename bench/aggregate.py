@@ -1,12 +1,12 @@
 """Aggregation rules of the NAF (near access-freeness) family and their per-input bounds k_x.
 
 Pure tensor functions on next-token log-probabilities ``(..., V)`` in log space (fp32 or fp64), used by
-:mod:`defenses.naf` to combine the constituents' distributions at every position. Source 000 (SCP-Δr):
+:mod:`defenses.naf` to combine the constituents' distributions at every position. Segal et al. 2025 (SCP-Δr):
 
 * ``cp_delta``      Def. 2.2: r ∝ min_i p_i (pointwise minimum, renormalised); k_x under the max divergence
                     Δ(r‖p_i) = max_y log r(y)/p_i(y); tight and equal to log 1/(1 − TV(p, q)) for k = 2 (Thm 2.3).
-* ``cp_delta_kl``   Vyas et al. 2023 (§2.5 of 000): r ∝ (∏_i p_i)^{1/k} (geometric mean); k_x under KL.
-* ``cp_fuse``       Abad et al. 2025 (§2.5, §5.2 of 000): r_t ∝ p_1^{b1} · p_2^{b2} with (b1, b2) chosen per
+* ``cp_delta_kl``   Vyas et al. 2023 (Segal et al. §2.5): r ∝ (∏_i p_i)^{1/k} (geometric mean); k_x under KL.
+* ``cp_fuse``       Abad et al. 2025 (Segal et al. §2.5, §5.2): r_t ∝ p_1^{b1} · p_2^{b2} with (b1, b2) chosen per
                     position on a grid to minimise max_i [KL(r_t‖p_i) − log p_i(y_<t)] (the history of the
                     continuation so far balances the two models); k_x under KL.
 * ``cp_delta_r``    Def. 2.5–2.6: r ∝ min_i rp_i on relative probabilities rp = p / tp, tp = exp(mean_y log p);

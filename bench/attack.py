@@ -1,9 +1,8 @@
 """Attack contract: declare capabilities, return one score per target (higher = member).
 
-Unit-level games (a user or a secret per target, :mod:`bench.units`): a record-level attack runs unchanged
-on the unit's samples and the unit's score is the mean of its sample scores (source 002 averages
-example-level statistics, eq. 4); an attack that scores units itself sets ``scores_units = True`` and reads
-``Target.samples``.
+Unit-level games (a user or a secret per target, :mod:`bench.units`): a record-level attack runs unchanged on the
+unit's samples and the unit's score is the mean of its sample scores (Kandpal et al. 2024 average example-level
+statistics, eq. 4); an attack that scores units itself sets ``scores_units = True`` and reads ``Target.samples``.
 """
 
 from __future__ import annotations
@@ -156,7 +155,8 @@ def score_units(attack: Attack, view: AttackerView, run_records) -> np.ndarray:
 
     ``run_records(attack, view)`` runs the attack on a record-level view and checks its contract. The
     attack sees one record target per sample (opaque ids derived from the unit's), in unit order, with the
-    same models and attacker data as the unit view; 002 averages example-level statistics (eq. 4, Table 2).
+    same models and attacker data as the unit view; Kandpal et al. 2024 average example-level statistics
+    (eq. 4, Table 2).
     """
     from bench.game import AttackerView, Target
 

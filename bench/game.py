@@ -1,4 +1,4 @@
-"""The holistic audit game of source 004 (section 6.1): four stages, seven games, one world.
+"""The holistic audit game of Marek et al. 2026 (section 6.1): four stages, seven games, one world.
 
 A world is built once per (task, model, defense, seed). The challenger draws
 targets and puts each in one of four groups by two bits: ``a`` (inserted into
@@ -27,8 +27,8 @@ Labels stay with the :class:`Challenger`; defenses receive only their
 training texts, shuffled, with no marker of which are targets.
 
 The unit of membership is the task's (``TaskData.unit``): a record, a user
-(all records of a user, source 002) or a secret (all records carrying it,
-source 001). The challenger draws whole units into the groups
+(all records of a user, Kandpal et al. 2024) or a secret (all records carrying
+it, Ganesh et al. 2025). The challenger draws whole units into the groups
 (:func:`tasks.users.draw_unit_groups`; world sizes count units), every record
 of a unit shares its (a, b), and a game shows one target per unit whose
 ``samples`` are what the attacker knows of it (:mod:`bench.units`). For
@@ -157,7 +157,7 @@ class AdaptationData:
 
     The data owner knows facts about its own data that some defenses use: the (pseudonymous) owner of each
     text for per-user limits and user-level DP, and the secrets each text carries with their protection
-    targets for secret-level defenses (Hush, source 001). These never mark which records are targets.
+    targets for secret-level defenses (Hush, Ganesh et al. 2025). These never mark which records are targets.
     """
 
     texts: tuple[str, ...]
@@ -255,10 +255,10 @@ class GameInstance:
 class Challenger:
     """Draws a world from a task: targets, their (a, b) groups, S̃ and D̃, and the null pool. Holds the labels.
 
-    The four groups have ``n_per_group`` units each, so ``a`` and ``b`` are independent (source 004, section
+    The four groups have ``n_per_group`` units each, so ``a`` and ``b`` are independent (Marek et al. 2026, section
     6.1): a game over ``b`` alone (``adapt``) then has as many a = 1 units among its negatives as among its
-    positives, and θ′'s memory of pretraining cannot pass for adaptation leakage. The null game uses its own
-    pool of ``n_null`` never-inserted units, shown by no other game.
+    positives, and θ′'s memory of pretraining cannot pass for adaptation leakage. The null game uses its own pool of
+    ``n_null`` never-inserted units, shown by no other game.
 
     ``secret`` salts every draw: with it, the world cannot be recomputed from the public suite and seed (a
     plugin that rebuilds the challenger gets another world); without it the draw is public and reproducible
@@ -337,8 +337,8 @@ class Challenger:
     def adaptation_data(self) -> AdaptationData:
         """D̃ = D ∪ {targets with b=1}, shuffled so nothing marks which records are targets.
 
-        Unit tasks add what the data owner knows of its own texts (source 002: owners, for per-user limits;
-        source 001: the secrets each text carries and their (p_j, r_j)); see :mod:`bench.units`.
+        Unit tasks add what the data owner knows of its own texts (Kandpal et al. 2024: owners, for per-user limits;
+        Ganesh et al. 2025: the secrets each text carries and their (p_j, r_j)); see :mod:`bench.units`.
         """
         n_bg = self.config["adapt_background"]
         reps = self.config["adapt_target_repeats"]
@@ -389,7 +389,8 @@ class Challenger:
         return self._unit_group.get(unit, (0, 0)) == (0, 0)
 
     def is_canary_unit(self, unit: str) -> bool:
-        """A canary unit (002, 4.3: canary users): any of its records is marked ``canary`` in target_meta."""
+        """A canary unit (Kandpal et al. 2024, section 4.3: canary users): any of its records is marked
+        ``canary`` in target_meta."""
         return any(bool(self._data.target_meta.get(r, {}).get("canary")) for r in self._records[unit])
 
     def _samples(self, unit: str) -> tuple[str, ...]:

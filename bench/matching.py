@@ -1,6 +1,6 @@
 """Matched utility: tune a defense's training length or learning rate to a target validation loss.
 
-Source 004 compares adaptations at similar validation loss; a defense that barely trains looks private
+Marek et al. 2026 compare adaptations at similar validation loss; a defense that barely trains looks private
 for free. A defense entry in a suite may carry ``match: {param, grid, target_loss}`` (or ``target_defense``:
 the label of another, unmatched defense of the suite, whose validation loss in the same world is the target,
 so two defenses are compared at the same utility): the runner adapts

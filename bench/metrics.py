@@ -331,11 +331,12 @@ def membership_metrics(
 
 
 def exposure_metrics(labels, exposures, never_inserted=None) -> list[MetricRow]:
-    """Mean and 95th-percentile canary exposure of positives and negatives (source 000 reports both).
+    """Mean and 95th-percentile canary exposure of positives and negatives (Segal et al. 2025 report both).
 
-    The baseline for an unmemorised canary is 1/ln 2 ≈ 1.44 (source 004 A.3). A game's negatives can include
-    canaries inserted elsewhere (the adapt game's (1, 0) canaries were in pretraining), so the "never inserted"
-    baseline rows ``exposure_*_never`` use only the units ``never_inserted`` marks (group (0, 0)), when given.
+    The baseline for an unmemorised canary is 1/ln 2 ≈ 1.44 (Marek et al. 2026, appendix A.3). A game's negatives
+    can include canaries inserted elsewhere (the adapt game's (1, 0) canaries were in pretraining), so the "never
+    inserted" baseline rows ``exposure_*_never`` use only the units ``never_inserted`` marks (group (0, 0)), when
+    given.
     """
     y, e = validate_scores(labels, exposures)
     n_pos, n_neg = int(y.sum()), int(len(y) - y.sum())

@@ -1,7 +1,7 @@
 """Released models that are not one merged checkpoint.
 
 Most defenses release θ' as a plain Hugging Face checkpoint. Some cannot: an aggregate of several
-models (the NAF family of source 000 combines constituent models token by token) or an adapter that
+models (the NAF family of Segal et al. 2025 combines constituent models token by token) or an adapter that
 does not merge into the weights (prefix tuning). Such a defense returns a :class:`Release` from
 ``adapt``; the cache stores it as a directory with ``release.json`` naming its kind, and the runner
 loads it through the loader registered for that kind, as a :class:`~bench.lm.LanguageModel`, so every

@@ -585,7 +585,7 @@ class Runner:
             rows += self._once(("blind", ch.world_key, inst.spec.name), lambda: blind_baseline(
                 [t.text for t in inst.targets], inst.labels, seed=seed, n_boot=s.metrics["n_boot"],
                 alpha=s.metrics["alpha"]))
-        if ch.unit != "record":  # unit games: canary units vs ordinary units (source 002, Figure 6)
+        if ch.unit != "record":  # unit games: canary units vs ordinary units (Kandpal et al. 2024, Figure 6)
             from bench.units import canary_unit_metrics
             rows += canary_unit_metrics(inst.labels, scores, (ch.is_canary_unit(u) for u in inst.record_ids))
         # rows of the attack's own (exposure, extraction rates): declared by the attack, not switched on here

@@ -1,6 +1,6 @@
-"""Secret-protection accounting of Hush (source 001): KL targets, the weighting LP, σ calibration, bounds.
+"""Secret-protection accounting of Hush (Ganesh et al. 2025): KL targets, weighting LP, σ calibration, bounds.
 
-Source 001 protects each secret j (all records carrying it) with a pair (p_j, r_j): an adversary whose
+Ganesh et al. protect each secret j (all records carrying it) with a pair (p_j, r_j): an adversary whose
 prior chance of reconstructing the secret is at most p_j must not succeed with probability above r_j.
 
 * Lemma 3.2: if every pair of outputs on inputs that differ only in secret j has
@@ -43,7 +43,7 @@ _PMF_FLOOR = 1e-18
 
 # ------------------------------------------------------------------------------------------ Lemma 3.2
 def bernoulli_kl(r: float | np.ndarray, p: float | np.ndarray) -> float | np.ndarray:
-    """KL(Bern(r) ‖ Bern(p)) in nats: μ_j of Algorithm 2 line 1 (001, Lemma 3.2)."""
+    """KL(Bern(r) ‖ Bern(p)) in nats: μ_j of Algorithm 2 line 1 (Ganesh et al. 2025, Lemma 3.2)."""
     from scipy.special import xlogy
     r, p = np.asarray(r, dtype=float), np.asarray(p, dtype=float)
     out = xlogy(r, r) - xlogy(r, p) + xlogy(1 - r, 1 - r) - xlogy(1 - r, 1 - p)
@@ -86,7 +86,8 @@ def incidence(secrets: Sequence[Sequence[str]], secret_ids: Sequence[str]):
 
 
 def solve_weights(secrets: Sequence[Sequence[str]], mu: Mapping[str, float], c: float) -> np.ndarray:
-    """Per-record weights w solving 001's LP (eq. 1) with HiGHS: max Σ w s.t. Σ_{i ∋ j} w_i ≤ c·μ_j, 0 ≤ w ≤ 1.
+    """Per-record weights w solving Ganesh et al.'s LP (eq. 1) with HiGHS:
+    max Σ w s.t. Σ_{i ∋ j} w_i ≤ c·μ_j, 0 ≤ w ≤ 1.
 
     Records carrying no listed secret are unconstrained (weight 1).
     """
@@ -151,7 +152,7 @@ def _gauss_hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
 def mixture_kl(pmf: np.ndarray, sigma: float, direction: str = "both") -> float:
     """Per-step KL between P = Σ_s π_s N(s, σ²) and Q = N(0, σ²) (sensitivities in units of the clip norm).
 
-    ``forward`` = KL(P ‖ Q) (001's formula), ``reverse`` = KL(Q ‖ P), ``both`` = the larger. With
+    ``forward`` = KL(P ‖ Q) (Ganesh et al.'s formula), ``reverse`` = KL(Q ‖ P), ``both`` = the larger. With
     ℓ(x) = log P(x)/Q(x) = logsumexp_s(log π_s + (2 s x − s²) / (2σ²)): KL(P‖Q) = Σ_s π_s E_{N(s,σ²)} ℓ and
     KL(Q‖P) = −E_{N(0,σ²)} ℓ, each expectation by Gauss–Hermite quadrature.
     """
@@ -283,7 +284,7 @@ def account(secrets: Sequence[Sequence[str]], targets: Mapping[str, tuple[float,
 
     ``weights`` overrides the LP (all ones = plain DP-SGD on the whole data); ``sigma`` overrides the
     calibration (then the ledger reports what that σ gives). ``c = None`` picks the median of
-    |D_j| / μ_j over secrets, so about half the secrets constrain the LP (001 tunes c by a sweep).
+    |D_j| / μ_j over secrets, so about half the secrets constrain the LP (Ganesh et al. tune c by a sweep).
     """
     ids = sorted(targets)
     if not ids:
@@ -316,7 +317,7 @@ def account(secrets: Sequence[Sequence[str]], targets: Mapping[str, tuple[float,
 
 def compare_with_dpsgd(secrets: Sequence[Sequence[str]], targets: Mapping[str, tuple[float, float]], *,
                        batch_size: float, steps: int, c: float | None = None, direction: str = "both") -> dict:
-    """001's comparison (Figure 1c): σ Hush needs vs σ plain DP-SGD on the whole data needs, same secrets.
+    """Ganesh et al.'s comparison (Figure 1c): σ Hush needs vs σ plain DP-SGD on the whole data needs, same secrets.
 
     Plain DP-SGD samples every record at B/n (all LP weights 1) for the same T steps and batch size B; both
     σ are calibrated so every secret's KL bound (hence posterior bound r_j) holds.

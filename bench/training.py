@@ -72,11 +72,11 @@ def train_causal_lm(model: torch.nn.Module, sequences: Sequence[Sequence[int]], 
                     per_example_clip: float | None = None, should_stop: StopHook | None = None) -> TrainStats:
     """AdamW with linear warmup and cosine decay over ``epochs`` passes of shuffled ``sequences``.
 
-    ``epochs`` may be fractional (a prefix of the last shuffled pass is used). ``max_grad_norm`` clips the
-    global norm of each batch gradient (batch clipping). Hooks, all off by default (then the loop is exactly
-    the plain one): ``loss_mask(ids) -> bool mask`` drops the tokens where it is False from the loss (goldfish
-    loss); ``per_example_clip`` clips each record's own gradient to that L2 norm before averaging (per-example
-    clipping without noise, source 002 section 6); ``should_stop(step, model) -> bool`` runs after each step and
+    ``epochs`` may be fractional (a prefix of the last shuffled pass is used). ``max_grad_norm`` clips the global
+    norm of each batch gradient (batch clipping). Hooks, all off by default (then the loop is exactly the plain
+    one): ``loss_mask(ids) -> bool mask`` drops the tokens where it is False from the loss (goldfish loss);
+    ``per_example_clip`` clips each record's own gradient to that L2 norm before averaging (per-example clipping
+    without noise, Kandpal et al. 2024, section 4.4); ``should_stop(step, model) -> bool`` runs after each step and
     ends training early when it returns True (early stopping).
     """
     seqs = [list(s) for s in sequences if len(s) >= 2]

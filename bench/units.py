@@ -1,33 +1,33 @@
 """Unit-level membership: what a user or secret target shows, what the defender knows, and unit scores.
 
-The unit of membership (DESIGN.md, "The game") is a record, a user (all records of a user, source 002)
-or a secret (all records carrying it, source 001). The challenger (:class:`bench.game.Challenger`) draws
-whole units; this module holds the pieces around that draw:
+The unit of membership (DESIGN.md, "The game") is a record, a user (all records of a user, Kandpal et al. 2024) or a
+secret (all records carrying it, Ganesh et al. 2025). The challenger (:class:`bench.game.Challenger`) draws whole
+units; this module holds the pieces around that draw:
 
 * :func:`unit_samples` — what a unit target shows the attacker (``Target.samples``):
 
-  - a **user** shows the user's held-aside documents (002, section 4.1: "we set aside 10% of a user's
-    samples as the attacker's knowledge; these samples are never used for fine-tuning"), taken from
-    ``public_format["user_samples"]``. A user task without held-aside samples (e.g. ``local_text`` with a
-    user column) shows the user's own records instead: that is *user-level membership inference* in
-    002's terms (section 2, the attacker knows the exact training samples), a stronger attacker;
-  - a **secret** shows its carriers, the records that carry it (``tasks/secrets.py``; 001, section 3:
-    the attacker may know "which examples contain which secrets", the protected part is the secret's
-    content). A membership candidate is shown in full, as for any record target, so the carriers'
-    texts — and the secret in them — are what the candidate is. No secret id, no other secret's string,
-    and no (p_j, r_j) beyond the public spec reach the attack.
+  - a **user** shows the user's held-aside documents (Kandpal et al. 2024, section 4.1: "we set aside 10% of a
+    user's samples as the attacker's knowledge; these samples are never used for fine-tuning"), taken from
+    ``public_format["user_samples"]``. A user task without held-aside samples (e.g. ``local_text`` with a user
+    column) shows the user's own records instead: that is *user-level membership inference* in Kandpal et al.'s
+    terms (section 2, the attacker knows the exact training samples), a stronger attacker;
+  - a **secret** shows its carriers, the records that carry it (``tasks/secrets.py``; Ganesh et al. 2025, section 3:
+    the attacker may know "which examples contain which secrets", the protected part is the secret's content). A
+    membership candidate is shown in full, as for any record target, so the carriers' texts — and the secret in them
+    — are what the candidate is. No secret id, no other secret's string, and no (p_j, r_j) beyond the public spec
+    reach the attack.
 
 * :func:`owners_of` and :func:`secrets_of` — the defender's facts about its own training texts
   (``AdaptationData.users / secrets / secret_targets``), pseudonymised per world and never marking which
   records are targets.
 
 * :func:`bench.attack.score_units` — how a record-level attack scores a unit: the mean of its record scores over the
-  unit's samples (002, eq. 4 and appendix C, Table 2: the mean of example-level statistics beats the
+  unit's samples (Kandpal et al. 2024, eq. 4 and appendix C, Table 2: the mean of example-level statistics beats the
   minimum or maximum). An attack that scores units itself sets ``scores_units = True``
   (``attacks/user_inference.py``) and reads ``Target.samples``.
 
-* :func:`canary_unit_metrics` — AUC on canary units and on ordinary units separately (002, section 4.3,
-  Figure 6: canary users vs real users).
+* :func:`canary_unit_metrics` — AUC on canary units and on ordinary units separately (Kandpal et al. 2024,
+  section 4.3, Figure 6: canary users vs real users).
 """
 
 from __future__ import annotations
@@ -240,7 +240,7 @@ def secrets_of(data: TaskData, texts: Sequence[str]) -> tuple[list[tuple[str, ..
 # ---------------------------------------------------------------------------------------- metrics
 
 def canary_unit_metrics(labels: np.ndarray, scores: np.ndarray, canary: Iterable[bool]) -> list[MetricRow]:
-    """AUC among canary units and among ordinary units (002, Figure 6), where both have both classes.
+    """AUC among canary units and among ordinary units (Kandpal et al. 2024, Figure 6), where both have both classes.
 
     Rows ``auc_canary_units`` and ``auc_ordinary_units``; nothing when the world has no canary units.
     """

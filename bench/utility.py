@@ -1,12 +1,12 @@
 """Utility of a released model, measured the same way for every defense.
 
-Held-out loss, perplexity and next-token accuracy come from the per-token signals the attacks use
-(one cached forward pass). ROUGE-1 and ROUGE-L (source 004 reports ROUGE-1, source 003 ROUGE-L)
-score a generation task that every model can do without instructions: continue a held-out record
-from its first ``prompt_tokens`` tokens by greedy decoding, and compare the continuation with the
-record's true next ``max_new_tokens`` tokens. The papers summarise SAMSum dialogues; a tiny model
-trained from scratch cannot follow a summarisation prompt, so continuation is the offline stand-in
-(with a hub dataset the same function scores any prompt/reference pairs).
+Held-out loss, perplexity and next-token accuracy come from the per-token signals the attacks use (one cached
+forward pass). ROUGE-1 and ROUGE-L (ROUGE-1 in Marek et al. 2026, ROUGE-L in GUARD, anonymous preprint 2025) score a
+generation task that every model can do without instructions: continue a held-out record from its first
+``prompt_tokens`` tokens by greedy decoding, and compare the continuation with the record's true next
+``max_new_tokens`` tokens. The papers summarise SAMSum dialogues; a tiny model trained from scratch cannot follow a
+summarisation prompt, so continuation is the offline stand-in (with a hub dataset the same function scores any
+prompt/reference pairs).
 """
 
 from __future__ import annotations

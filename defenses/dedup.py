@@ -1,5 +1,5 @@
-"""Deduplication of the pretraining corpus (Kandpal et al. 2022; Lee et al. 2022), named by source 000 as an
-empirical mitigation: repeated documents are memorized far more, so removing repeats removes much of it.
+"""Deduplication of the pretraining corpus (Kandpal et al. 2022; Lee et al. 2022), named by Segal et al. 2025
+as an empirical mitigation: repeated documents are memorized far more, so removing repeats removes much of it.
 
 Runs on the corpus *after* the challenger's inserts (it receives one list, in content-hash order, with nothing
 marking the inserts), so the repeated copies of a=1 targets (``pretrain_target_repeats`` > 1) are among what it

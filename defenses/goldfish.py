@@ -1,7 +1,8 @@
-"""Goldfish loss (Hans et al. 2024, "Be like a Goldfish, Don't Memorize!"), named by source 000 as an empirical
-mitigation: a pseudorandom 1/k of the tokens never count in the pretraining loss, so the model never learns to
-reproduce a long sequence verbatim. The drop decision for token i hashes the h tokens before it (the paper's
-hashed mask, section 3.1), so every copy of a repeated passage drops the same tokens and no copy fills the gap.
+"""Goldfish loss (Hans et al. 2024, "Be like a Goldfish, Don't Memorize!"), named by Segal et al. 2025 as an
+empirical mitigation: a pseudorandom 1/k of the tokens never count in the pretraining loss, so the model never
+learns to reproduce a long sequence verbatim. The drop decision for token i hashes the h tokens before it (the
+paper's hashed mask, section 3.1), so every copy of a repeated passage drops the same tokens and no copy fills the
+gap.
 
 Deviations: the first h tokens of each sequence (fewer than h tokens of context to hash) are always kept;
 the hash is FNV-1a over the token ids followed by the splitmix64 finaliser (the paper

@@ -1,4 +1,6 @@
-"""GUARD (gold-unchanged anchored distillation, source 003 Algorithm 1) and the pure-KD baseline (003 A.3).
+"""GUARD (gold-unchanged anchored distillation) and the pure-KD baseline.
+
+After GUARD (anonymous preprint, 2025): GUARD is its Algorithm 1, the pure-KD baseline its appendix A.3.
 
 GUARD: (1) fine-tune a teacher from θ on the adaptation data (``finetune``'s training, unchanged);
 (2) at every position of every adaptation record take the base and teacher next-token distributions
@@ -11,17 +13,17 @@ p_0 = softmax(z_0/τ), p_ft = softmax(z_ft/τ); (3) build the anchored target q 
 
 (4) distill a student started again from θ with (Algorithm 1 line 18, eq. 1)
 
-    L = τ² KL(q ‖ s) + λ (s[y] − p_0[y])²,   s = softmax(z_student/τ),  λ = 0.5, τ = 1 (003 A.6)
+    L = τ² KL(q ‖ s) + λ (s[y] − p_0[y])²,   s = softmax(z_student/τ),  λ = 0.5, τ = 1 (appendix A.6)
 
 averaged over the non-padding positions of a batch of records. The released model is the student.
 
-``kd`` is 003's pure logit-KD ablation: the same teacher and student, with target p_ft (no anchoring, no top-K,
+``kd`` is the paper's pure logit-KD ablation: the same teacher and student, with target p_ft (no anchoring, no top-K,
 no gold penalty): L = τ² KL(p_ft ‖ s).
 
 Deviations: the targets are computed on the fly from the frozen θ and teacher at each distillation step
 instead of being recorded once (the same values; no top-K store on disk); the loss is a per-token mean over
-a batch (003 sums per example with batch size 1); student and teacher have θ's architecture (003's KD
-ablation distils a larger teacher into a smaller student); K defaults to 1000 as in 003 although the tiny
+a batch (the paper sums per example with batch size 1); student and teacher have θ's architecture (its KD
+ablation distils a larger teacher into a smaller student); K defaults to 1000 as in the paper although the tiny
 models' vocabulary is 8 192 (K ≥ vocabulary keeps every token).
 """
 
@@ -43,18 +45,20 @@ from defenses.finetune import ADAPT_PARAMS, FineTune
 TEACHER_PARAMS = tuple(Param(f"teacher_{p.name}", p.type, p.default, f"teacher fine-tuning: {p.help}", low=p.low,
                              low_inclusive=p.low_inclusive) for p in ADAPT_PARAMS if p.name != "chunk_length")
 DISTILL_PARAMS = (
-    Param("epochs", float, 3.0, "distillation passes over the adaptation data (003: 3)", low=0.0, low_inclusive=False),
+    Param("epochs", float, 3.0, "distillation passes over the adaptation data (GUARD paper: 3)", low=0.0,
+          low_inclusive=False),
     Param("lr", float, 2e-3, "student AdamW learning rate", low=0.0, low_inclusive=False),
     Param("batch_size", int, 16, "records per distillation step", low=1),
     Param("chunk_length", int, 128, "tokens per record, teacher and student (longer records are truncated)", low=8),
-    Param("temperature", float, 1.0, "softmax temperature τ of teacher, base and student (003: 1)", low=0.0,
+    Param("temperature", float, 1.0, "softmax temperature τ of teacher, base and student (GUARD paper: 1)", low=0.0,
           low_inclusive=False),
 )
 
 
 # ------------------------------------------------------------------------------------------ targets and losses
 def anchored_target(p0: torch.Tensor, pft: torch.Tensor, gold: torch.Tensor, k: int) -> torch.Tensor:
-    """003 Algorithm 1 lines 9–12 for rows of distributions (…, V) with gold ids (…): the anchored target q."""
+    """GUARD paper, Algorithm 1 lines 9–12, for rows of distributions (…, V) with gold ids (…): the anchored
+    target q."""
     v = p0.shape[-1]
     kk = min(int(k), v)
     flat0, flatf, y = p0.reshape(-1, v), pft.reshape(-1, v), gold.reshape(-1, 1)
@@ -80,7 +84,8 @@ def anchored_target(p0: torch.Tensor, pft: torch.Tensor, gold: torch.Tensor, k: 
 
 def guard_loss(student_logits: torch.Tensor, q: torch.Tensor, gold: torch.Tensor, p0_gold: torch.Tensor,
                weight: torch.Tensor, *, tau: float, lam: float) -> torch.Tensor:
-    """003 eq. (1) / Algorithm 1 line 18, mean over positions with ``weight`` 1: τ²KL(q‖s) + λ(s[y] − p_0[y])²."""
+    """GUARD paper, eq. (1) / Algorithm 1 line 18, mean over positions with ``weight`` 1:
+    τ²KL(q‖s) + λ(s[y] − p_0[y])²."""
     log_s = F.log_softmax(student_logits.float() / tau, dim=-1)
     kl = (torch.xlogy(q, q) - q * log_s).sum(-1)
     s_gold = log_s.gather(-1, gold[..., None]).squeeze(-1).exp()
@@ -89,7 +94,7 @@ def guard_loss(student_logits: torch.Tensor, q: torch.Tensor, gold: torch.Tensor
 
 
 def kd_loss(student_logits: torch.Tensor, p_teacher: torch.Tensor, weight: torch.Tensor, *, tau: float) -> torch.Tensor:
-    """Pure logit KD (003 A.3): τ² KL(p_ft ‖ s), mean over positions with ``weight`` 1."""
+    """Pure logit KD (GUARD paper, appendix A.3): τ² KL(p_ft ‖ s), mean over positions with ``weight`` 1."""
     log_s = F.log_softmax(student_logits.float() / tau, dim=-1)
     kl = (torch.xlogy(p_teacher, p_teacher) - p_teacher * log_s).sum(-1)
     return tau ** 2 * (kl * weight).sum() / weight.sum().clamp_min(1.0)
@@ -185,20 +190,20 @@ class _Distilled(Defense):
 
 @register_defense("guard")
 class Guard(_Distilled):
-    description = ("GUARD (003): fine-tune a teacher, then distil θ towards the anchored target (gold token at its "
-                   "pretrained probability, non-gold tokens in the teacher's order with pretrained magnitudes, "
-                   "top-K) with a gold-token penalty λ.")
+    description = ("GUARD (anonymous preprint, 2025): fine-tune a teacher, then distil θ towards the anchored "
+                   "target (gold token at its pretrained probability, non-gold tokens in the teacher's order with "
+                   "pretrained magnitudes, top-K) with a gold-token penalty λ.")
     version = "0.1.0"
     mode = "guard"
     params = DISTILL_PARAMS + (
-        Param("top_k", int, 1000, "K of TopK(p_0, K) ∪ TopK(p_ft, K) (003: 1000)", low=2),
-        Param("gold_weight", float, 0.5, "λ of the gold-token penalty (003: 0.5)", low=0.0),
+        Param("top_k", int, 1000, "K of TopK(p_0, K) ∪ TopK(p_ft, K) (GUARD paper: 1000)", low=2),
+        Param("gold_weight", float, 0.5, "λ of the gold-token penalty (GUARD paper: 0.5)", low=0.0),
     ) + TEACHER_PARAMS
 
 @register_defense("kd")
 class KnowledgeDistillation(_Distilled):
-    description = ("Pure logit knowledge distillation (003 appendix A.3): fine-tune a teacher, then distil θ "
-                   "towards the teacher's full next-token distribution (no anchoring).")
+    description = ("Pure logit knowledge distillation (GUARD, anonymous preprint 2025, appendix A.3): fine-tune a "
+                   "teacher, then distil θ towards the teacher's full next-token distribution (no anchoring).")
     version = "0.1.0"
     mode = "kd"
     params = DISTILL_PARAMS + TEACHER_PARAMS

@@ -1,4 +1,5 @@
-"""Hush: secret protection by LP-weighted Poisson sampling and KL-calibrated DP-SGD (source 001, Algorithm 2).
+"""Hush: secret protection by LP-weighted Poisson sampling and KL-calibrated DP-SGD (Ganesh et al. 2025,
+Algorithm 2).
 
 The data owner lists the secrets its records carry and, per secret j, a prior reconstruction probability
 p_j and the posterior r_j it tolerates. Algorithm 2:
@@ -16,10 +17,9 @@ seeded generator); per-record gradients, flat clipping and noise use the vmap DP
 ``defenses.dp`` (``_VmapDP``, tested there against Opacus' DPOptimizer), whose accountant is unused: the
 guarantee is the secret ledger, not an (ε, δ).
 
-Deviations: T = round(epochs · n / B) steps, the same compute as ``dp_adapt`` at those settings (001 fixes
-T); the KL is bounded in both directions by default (see :mod:`bench.secret_accounting`); c defaults to
-the median of |D_j| / μ_j over secrets (001 sweeps c); AdamW with linear decay instead of 001's
-optimizer sweep.
+Deviations: T = round(epochs · n / B) steps, the same compute as ``dp_adapt`` at those settings (Ganesh et al. fix
+T); the KL is bounded in both directions by default (see :mod:`bench.secret_accounting`); c defaults to the median
+of |D_j| / μ_j over secrets (Ganesh et al. sweep c); AdamW with linear decay instead of their optimizer sweep.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ MISSING = ("hush: the adaptation data carries no secrets (AdaptationData.secrets
            "use a secret-bearing task such as `secrets`, whose challenger passes the data owner's secrets")
 
 PARAMS = (
-    Param("c", float, None, "LP constant of 001 eq. (1): Σ_{i∋j} w_i ≤ c·μ_j; null = median of |D_j|/μ_j",
+    Param("c", float, None, "LP constant of Ganesh et al. 2025, eq. (1): Σ_{i∋j} w_i ≤ c·μ_j; null = median of "
+          "|D_j|/μ_j",
           low=0.0, low_inclusive=False, nullable=True),
     Param("batch_size", int, 16, "expected records per step B", low=1),
     Param("epochs", float, 4.0, "steps T = round(epochs · records / batch_size)", low=0.0, low_inclusive=False),
@@ -48,7 +49,7 @@ PARAMS = (
     Param("clip", float, 0.1, "per-record L2 clipping norm C", low=0.0, low_inclusive=False),
     Param("chunk_length", int, 128, "tokens per record (longer records are truncated)", low=8),
     Param("weight_decay", float, 0.0, "AdamW weight decay", low=0.0),
-    Param("direction", str, "both", "which KL the accountant bounds: both (safe), forward (001's), reverse",
+    Param("direction", str, "both", "which KL the accountant bounds: both (safe), forward (Ganesh et al.'s), reverse",
           choices=DIRECTIONS),
     Param("method", str, "full", "what trains: all weights or LoRA adapters (merged at release)",
           choices=("full", "lora")),
@@ -106,7 +107,7 @@ def hush_train(model: torch.nn.Module, seqs: list[list[int]], rates: np.ndarray,
 
 @register_defense("hush")
 class Hush(Defense):
-    description = ("Hush (001): per-secret (p_j, r_j) protection by an LP over example weights, Poisson "
+    description = ("Hush (Ganesh et al. 2025): per-secret (p_j, r_j) protection by an LP over example weights, Poisson "
                    "sampling at those rates and DP-SGD noise calibrated so every secret's KL bound holds.")
     version = "0.1.0"
     params = PARAMS
@@ -188,7 +189,8 @@ class Hush(Defense):
         return {"name": "secret_reconstruction", "value": s["max_bound"], **s,
                 "per_secret": {k: {"r_bound": v["r_bound"], "r_target": v["r_target"], "p": v["p"],
                                    "n_records": v["n_records"]} for k, v in self._ledger.secrets.items()},
-                "note": "value = max over secrets of the posterior reconstruction bound (001 Lemma 3.2)"}
+                "note": "value = max over secrets of the posterior reconstruction bound (Ganesh et al. 2025, "
+                        "Lemma 3.2)"}
 
 
 #: Ganesh et al. 2025 section 5.1: batch 2048 and 2000 iterations on a 1.7 million-abstract training split

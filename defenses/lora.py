@@ -1,4 +1,4 @@
-"""LoRA adaptation (Hu et al., 2022) through peft: r = 8, alpha = 16 as in source 004 B.2."""
+"""LoRA adaptation (Hu et al., 2022) through peft: r = 8, alpha = 16 as in Marek et al. 2026, appendix B.2."""
 
 from __future__ import annotations
 

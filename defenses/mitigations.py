@@ -1,8 +1,8 @@
-"""Empirical adaptation-stage mitigations of source 002 (section 4.4): data limits per user, gradient
+"""Empirical adaptation-stage mitigations of Kandpal et al. 2024 (section 4.4): data limits per user, gradient
 clipping, early stopping. None has a formal guarantee; each is the fine-tuning recipe of
 defenses/finetune.py with one change, so a comparison with ``finetune`` isolates that change.
 
-002 finds that batch and per-example clipping and early stopping do not stop user inference, while
+Kandpal et al. find that batch and per-example clipping and early stopping do not stop user inference, while
 limiting the documents each user contributes does (ArXiv: AUROC 66 % -> near chance going from 100 to
 10 documents per user).
 """
@@ -39,10 +39,10 @@ def limit_per_user(users: tuple[str, ...], max_per_user: int, seed: int) -> list
 
 @register_defense("user_limit")
 class UserLimit(FineTune):
-    description = ("Per-user data limit (source 002, 4.4): keep at most max_per_user documents of each user "
-                   "(seeded choice), then plain fine-tuning.")
+    description = ("Per-user data limit (Kandpal et al. 2024, section 4.4): keep at most max_per_user documents "
+                   "of each user (seeded choice), then plain fine-tuning.")
     params = ADAPT_PARAMS + (
-        Param("max_per_user", int, 10, "documents kept per user (002 goes from 100 down to 10)", low=1),
+        Param("max_per_user", int, 10, "documents kept per user (Kandpal et al. 2024 go from 100 down to 10)", low=1),
     )
     code_modules = ("defenses.finetune",)
 
@@ -60,14 +60,14 @@ class UserLimit(FineTune):
 
 @register_defense("clip")
 class GradientClip(FineTune):
-    description = ("Gradient clipping without noise (source 002, 4.4): each record's gradient (mode example, "
-                   "Abadi et al. 2016) or the batch gradient (mode batch, Pascanu et al. 2013) clipped to "
-                   "max_grad_norm, then plain fine-tuning.")
+    description = ("Gradient clipping without noise (Kandpal et al. 2024, section 4.4): each record's gradient "
+                   "(mode example, Abadi et al. 2016) or the batch gradient (mode batch, Pascanu et al. 2013) "
+                   "clipped to max_grad_norm, then plain fine-tuning.")
     params = ADAPT_PARAMS + (
         Param("mode", str, "example", "clip each record's gradient before averaging, or the batch gradient",
               choices=("example", "batch")),
-        Param("max_grad_norm", float, 0.1, "L2 clipping norm C (002 sets C to the smallest norm seen in a "
-              "standard run, so nearly every gradient is clipped)", low=0.0, low_inclusive=False),
+        Param("max_grad_norm", float, 0.1, "L2 clipping norm C (Kandpal et al. 2024 set C to the smallest norm "
+              "seen in a standard run, so nearly every gradient is clipped)", low=0.0, low_inclusive=False),
     )
     code_modules = ("defenses.finetune",)
 
@@ -102,7 +102,7 @@ def mean_token_loss(model: torch.nn.Module, seqs: list[list[int]], pad_id: int, 
 
 class _EarlyStopper:
     """``should_stop`` hook: validation loss every ``interval`` steps; stop after ``patience`` evaluations without
-    improvement; keeps the best weights (Caruana et al. 2000, as 002 uses it)."""
+    improvement; keeps the best weights (Caruana et al. 2000, as Kandpal et al. 2024 use it)."""
 
     def __init__(self, val: list[list[int]], pad_id: int, device: torch.device, interval: int, patience: int,
                  min_delta: float) -> None:
@@ -134,8 +134,8 @@ class _EarlyStopper:
 
 @register_defense("early_stop")
 class EarlyStop(FineTune):
-    description = ("Early stopping (source 002, 4.4): fine-tuning that watches the loss on validation records the "
-                   "data owner held back from training, and keeps the best weights.")
+    description = ("Early stopping (Kandpal et al. 2024, section 4.4): fine-tuning that watches the loss on "
+                   "validation records the data owner held back from training, and keeps the best weights.")
     params = ADAPT_PARAMS + (
         Param("eval_interval", int, 5, "optimizer steps between validation evaluations", low=1),
         Param("patience", int, 2, "evaluations without improvement before stopping", low=1),

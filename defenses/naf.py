@@ -1,10 +1,10 @@
-"""NAF defenses of source 000: CP-Δ, CP-ΔKL, CP-Fuse, CP-Δr, SCP-Δr-b and SCP-Δr-c.
+"""NAF defenses of Segal et al. 2025: CP-Δ, CP-ΔKL, CP-Fuse, CP-Δr, SCP-Δr-b and SCP-Δr-c.
 
 Why: a fine-tuned model memorises its training records; a near-access-free (NAF) model stays close to k
 constituent models fine-tuned on *disjoint* partitions of the data, so a record that only one constituent saw
-cannot dominate the released distribution (000 §2.3, Def. 2.1). ``adapt`` fine-tunes k copies of θ with the
+cannot dominate the released distribution (Segal et al. §2.3, Def. 2.1). ``adapt`` fine-tunes k copies of θ with the
 ``finetune`` recipe on partitions split by content hash (a record repeated in the data lands in one partition,
-as 000 §5.2 inserts each canary's repeats "all in the same partition"); the release is an aggregating
+as Segal et al. (§5.2) insert each canary's repeats "all in the same partition"); the release is an aggregating
 :class:`~bench.lm.LanguageModel` whose next-token distribution at every position is the variant's combination
 (:mod:`bench.aggregate`):
 
@@ -16,12 +16,12 @@ Guarantee: :meth:`NAF.guarantee` reports the per-input bound k_x (Def. 2.1; Thm 
 released distribution against its constituents (the smoothed ones for SCP-Δr, §4.1) at every next-token
 position of (up to ``guarantee_texts`` of) the defense's own training texts, computed at adaptation time: those
 are the inputs whose protection matters (they contain the records to protect) and the only data a defense sees;
-value = the 99th percentile (000 Fig. 1(b), Table 4), with the mean, 95th percentile and max in the details.
+value = the 99th percentile (Segal et al. Fig. 1(b), Table 4), with the mean, 95th percentile and max in the details.
 
-Deviations: k_x is taken over next-token positions of the training texts rather than 000's held-out prompts;
-the constant base of SCP-Δr-c averages θ's logits over the defense's own training texts (000 averages over 100
-held-out examples; a defense sees no other data; ``constant_base: uniform`` takes a uniform base instead);
-CP-Fuse's history is the continuation after the prompt (the whole text when scored without a prefix).
+Deviations: k_x is taken over next-token positions of the training texts rather than Segal et al.'s held-out
+prompts; the constant base of SCP-Δr-c averages θ's logits over the defense's own training texts (Segal et al.
+average over 100 held-out examples; a defense sees no other data; ``constant_base: uniform`` takes a uniform base
+instead); CP-Fuse's history is the continuation after the prompt (the whole text when scored without a prefix).
 """
 
 from __future__ import annotations
@@ -48,7 +48,8 @@ from bench.release import Release, register_release
 from bench.signals import TokenSignals
 from defenses.finetune import ADAPT_PARAMS, FineTune
 
-CONSTANT_TEXTS = 100  # texts whose positions θ's logits are averaged over for SCP-Δr-c's constant base (000 §5.1)
+#: texts whose positions θ's logits are averaged over for SCP-Δr-c's constant base (Segal et al. 2025, §5.1)
+CONSTANT_TEXTS = 100
 
 
 # ----------------------------------------------------------------------------------------------- partition
@@ -282,7 +283,8 @@ def load_naf(directory: Path, meta: dict, *, device: torch.device, fingerprint: 
 @torch.no_grad()
 def mean_logits_logp(model: torch.nn.Module, ctx: TrainContext, texts: Sequence[str], batch_size: int = 16
                      ) -> torch.Tensor:
-    """log-softmax of θ's logits averaged over every position of ``texts`` (SCP-Δr-c's constant base, 000 §5.1)."""
+    """log-softmax of θ's logits averaged over every position of ``texts`` (SCP-Δr-c's constant base,
+    Segal et al. 2025, §5.1)."""
     seqs = ctx.encode(list(texts))
     total, count = None, 0
     for s in range(0, len(seqs), batch_size):
@@ -303,13 +305,14 @@ def mean_logits_logp(model: torch.nn.Module, ctx: TrainContext, texts: Sequence[
 
 @register_defense("naf")
 class NAF(Defense):
-    description = ("NAF aggregation (source 000): k constituents fine-tuned on disjoint partitions, released as "
+    description = ("NAF aggregation (Segal et al. 2025): k constituents fine-tuned on disjoint partitions, released as "
                    "their token-level combination (CP-Δ, CP-ΔKL, CP-Fuse, CP-Δr, SCP-Δr-b/-c); reports k_x.")
     code_modules = ("bench.aggregate",)
     params = ADAPT_PARAMS + (
         Param("variant", str, "scp_delta_r_b", "aggregation rule", choices=agg.VARIANTS),
-        Param("k", int, 2, "constituent models, each on its own disjoint partition (000: 2)", low=2),
-        Param("m", int, 10, "SCP-Δr smoothing: tokens that keep their own relative probability (000: 10)", low=1),
+        Param("k", int, 2, "constituent models, each on its own disjoint partition (Segal et al. 2025: 2)", low=2),
+        Param("m", int, 10, "SCP-Δr smoothing: tokens that keep their own relative probability "
+              "(Segal et al. 2025: 10)", low=1),
         Param("constant_base", str, "mean_logits", "SCP-Δr-c base: θ's logits averaged over 100 texts, or uniform",
               choices=("mean_logits", "uniform")),
         Param("fuse_grid", int, 10, "CP-Fuse grid points on [0, 2) per exponent (then 2..10)", low=2),

@@ -6,8 +6,8 @@ canary-bearing records. Membership is decided by the challenger's bits as for
 any task (a = 1: in pretraining, b = 1: in adaptation); exposure is computed
 elsewhere from model scores of a target and of its references.
 
-``canaries`` — adversarial canary prefixes (source 004, appendix B.5, Algorithm 2)
---------------------------------------------------------------------------------------
+``canaries`` — adversarial canary prefixes (Marek et al. 2026, appendix B.5, Algorithm 2)
+-----------------------------------------------------------------------------------------
 A canary prefix is ``l`` tokens drawn *with replacement* from a canary set C of
 ``k`` selected tokens, prepended to a carrier record (``concat(y, x)``). C depends
 on the prefix type and is drawn once per dataset:
@@ -21,10 +21,10 @@ on the prefix type and is drawn once per dataset:
 Each target gets its own prefix. For exposure, ``n_references`` (256) fresh prefixes
 of the same type (the same C, the same l) are prepended to the same carrier: the
 reference set R, non-members that are on expectation as likely as the real prefix
-(exposure by *sampling*, which 004 adopts; appendix F shows it agrees with
+(exposure by *sampling*, which Marek et al. adopt; their appendix F shows it agrees with
 distribution modelling at 256 references).
 
-Deviations from 004, forced by the tiny models and the offline corpus:
+Deviations from Marek et al., forced by the tiny models and the offline corpus:
 
 * "Token" is a *word* (a maximal run of ASCII letters, ``[A-Za-z]+``, case kept), not a
   token of the model's tokenizer: the BPE of our models is trained per world and
@@ -33,24 +33,24 @@ Deviations from 004, forced by the tiny models and the offline corpus:
   more BPE tokens); invisible prefixes are the l code points concatenated with no
   joiner (each is 2-3 byte-level BPE tokens), so they contain nothing visible.
 * T (for ``random``) is the word vocabulary of the pretraining partition, the text
-  the world's tokenizer is trained on (004: all tokens the LLM accepts).
-* D (for ``rare``/``common``; 004: "we count the total number of token occurrences in
+  the world's tokenizer is trained on (Marek et al.: all tokens the LLM accepts).
+* D (for ``rare``/``common``; Marek et al.: "we count the total number of token occurrences in
   the adaptation dataset") is the adaptation data before canaries are added: the
   adaptation background plus the carrier pool, i.e. every record that may go into D.
   ``frequency_source: pretrain`` counts in the pretraining partition instead.
-  Ties among equally rare words are broken by a seeded hash (004 does not say).
-* 004 prepends canaries to p = 1 % of D; here the number of canary records in D is
+  Ties among equally rare words are broken by a seeded hash (Marek et al. do not say).
+* Marek et al. prepend canaries to p = 1 % of D; here the number of canary records in D is
   the world's ``n_per_group`` (b = 1 groups) next to ``adapt_background`` records.
 * Carriers are the ``mini_pile`` target records (``carrier_source: targets``) or half of
   its adaptation records, the other half staying as background (``carrier_source: adapt``).
 * Prefixes of different targets are kept distinct (redrawn on a collision).
 
-``random_word_canaries`` — random-word canaries (source 000, section 5.2 and appendix D.5)
---------------------------------------------------------------------------------------
+``random_word_canaries`` — random-word canaries (Segal et al. 2025, section 5.2 and appendix D.5)
+-------------------------------------------------------------------------------------------------
 A canary is three random words in a fixed template, inserted ``repeats`` ∈ {1, 3, 10}
-times into the adaptation data. 000 specifies no template ("our canaries consist of 3
+times into the adaptation data. Segal et al. specify no template ("our canaries consist of 3
 randomly generated words"); the default here, ``"the secret words are {w1} {w2} {w3}"``,
-gives the tiny models a fixed context before the secret (``"{w1} {w2} {w3}"`` gives 000's
+gives the tiny models a fixed context before the secret (``"{w1} {w2} {w3}"`` gives Segal et al.'s
 bare form). The word list is Faker's ``en_US`` lorem word list (common English words),
 restricted to lowercase alphabetic words of at least 3 letters, deduplicated and sorted;
 the list itself is part of ``public_format`` so that references never depend on the
@@ -128,7 +128,7 @@ def _fingerprint(name: str, config: dict[str, Any], base: TaskData, targets: Seq
 def exposure_from_rank(rank: int, n_candidates: int) -> float:
     """Exposure of a canary ranked ``rank`` (1 = most likely) among ``n_candidates`` candidates.
 
-    Source 004, appendix A.3, eq. (7) (eq. (2) in section 2; after Carlini et al. 2019):
+    Marek et al. 2026, appendix A.3, eq. (7) (eq. (2) in section 2; after Carlini et al. 2019):
     ``exposure(z, Ẑ) = log2 |U| − log2 rank(z; Ẑ)``. It ranges from 0 (ranked least likely,
     rank = |U|) to log2 |U| (ranked first); an unmemorised canary has expected exposure
     1 / ln 2 ≈ 1.44 (Jagielski 2023). With exposure by sampling, |U| is the canary plus its
@@ -154,7 +154,7 @@ def word_counts(texts: Iterable[str]) -> Counter:
 
 def select_token_set(prefix_type: str, k: int, *, universe_counts: Counter, frequency_counts: Counter,
                      seed: int, dataset_key: str) -> list[str]:
-    """The canary set C of ``k`` distinct tokens (004, Algorithm 2, lines 1-9).
+    """The canary set C of ``k`` distinct tokens (Marek et al. 2026, Algorithm 2, lines 1-9).
 
     ``universe_counts``: words of the token universe T (for ``random``); ``frequency_counts``: word
     counts of the dataset the frequencies are measured on (for ``rare`` and ``common``).
@@ -184,7 +184,8 @@ def _joiner(public_format: dict[str, Any]) -> str:
 
 
 def draw_prefix(public_format: dict[str, Any], rng: np.random.Generator) -> str:
-    """One prefix: ``l`` tokens drawn with replacement from the token set (004, Algorithm 2, line 13)."""
+    """One prefix: ``l`` tokens drawn with replacement from the token set (Marek et al. 2026, Algorithm 2,
+    line 13)."""
     tokens = public_format["token_set"]
     idx = rng.integers(0, len(tokens), size=int(public_format["l"]))
     return _joiner(public_format).join(tokens[i] for i in idx.tolist())
@@ -260,8 +261,9 @@ class Canaries(OnMiniPile, Task):
     offline = True
     variant_param = "prefix_type"
     record_unit = "{l}-token canary prefix + mini_pile record"
-    description = ("Adversarial canary prefixes (source 004, B.5): l tokens from a set of k random, rare, common or "
-                   "invisible tokens prepended to mini_pile records; exposure against fresh reference prefixes.")
+    description = ("Adversarial canary prefixes (Marek et al. 2026, appendix B.5): l tokens from a set of k random, "
+                   "rare, common or invisible tokens prepended to mini_pile records; exposure against fresh "
+                   "reference prefixes.")
     version = "0.1.0"
     params = (
         Param("prefix_type", str, "random", "canary token set: random, rare, common or invisible",
@@ -273,7 +275,8 @@ class Canaries(OnMiniPile, Task):
               "carrier records: mini_pile's target pool, or half of its adaptation records",
               choices=("targets", "adapt")),
         Param("frequency_source", str, "adapt",
-              "where rare/common frequencies are counted: the adaptation data (004) or the pretraining partition",
+              "where rare/common frequencies are counted: the adaptation data (Marek et al. 2026) or the "
+              "pretraining partition",
               choices=("adapt", "pretrain")),
         Param("seed", int, 0, "seed of the token set and of the prefixes"),
     ) + MiniPile.params
@@ -388,8 +391,8 @@ class RandomWordCanaries(OnMiniPile, Task):
     offline = True
     record_unit = "3-random-word canary, x{repeats} in D"
     extra_licenses = ("Faker en_US word list (MIT)",)
-    description = ("Random-word canaries (source 000): three random English words in a fixed template, each "
-                   "inserted 1, 3 or 10 times into the adaptation data; mini_pile for everything else.")
+    description = ("Random-word canaries (Segal et al. 2025): three random English words in a fixed template, "
+                   "each inserted 1, 3 or 10 times into the adaptation data; mini_pile for everything else.")
     version = "0.1.0"
     params = (
         Param("repeats", int, 3, "times each b=1 canary is inserted into the adaptation data", choices=(1, 3, 10)),

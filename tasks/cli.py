@@ -216,7 +216,8 @@ def report(
     fmt: str = typer.Option("table", "--format", "-f", help="table or json"),
     cache: Optional[str] = typer.Option(None, "--cache", help=CACHE_HELP),
 ) -> None:
-    """Wasserstein distance of sentence embeddings between each split and the pretraining data (source 004, Table 1)."""
+    """Wasserstein distance of sentence embeddings between each split and the pretraining data
+    (Marek et al. 2026, Table 1)."""
     from bench.report import format_rows
     from tasks.distance import DEFAULT_SPLITS, check_ood_farther, distance_report, ood_farther_than_iid
 

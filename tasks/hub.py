@@ -70,12 +70,12 @@ Schemas and tasks
 ``samsum`` — SAMSum dialogue summarisation, hub ``knkarthick/samsum``
     (``samsum`` itself is script-based): columns ``id`` (str), ``dialogue``
     (str), ``summary`` (str). Record text ``"Dialogue:\\n{dialogue}\\nSummary:
-    {summary}"``, as source 004 uses SAMSum for out-of-distribution
+    {summary}"``, as Marek et al. 2026 use SAMSum for out-of-distribution
     adaptation. Rows with an empty dialogue are skipped.
 ``german_wiki`` — German Wikipedia, hub ``wikimedia/wikipedia`` config
     ``20231101.de``: columns ``id``, ``url``, ``title``, ``text`` (str). One
     record per article: its text cut to ``max_chars`` at a whitespace.
-``enron_users`` — user-level data for user inference (source 002): one row
+``enron_users`` — user-level data for user inference (Kandpal et al. 2024): one row
     per document with a text column and a user column. Default hub
     ``corbt/enron-emails`` with ``body`` (the text) and ``from`` (the sender);
     arXiv by submitter is the same task with e.g. ``text_column: abstract``,
@@ -572,8 +572,8 @@ def _collect_records(rows, n, where: str, required: tuple[str, ...], schema_hint
 
 @register_task("samsum")
 class SamSum(_HubTask):
-    description = ("SAMSum dialogues with their summaries as out-of-distribution adaptation data (source 004), "
-                   "hash-partitioned into held-out, population, adaptation and target pools.")
+    description = ("SAMSum dialogues with their summaries as out-of-distribution adaptation data (Marek et al. "
+                   "2026), hash-partitioned into held-out, population, adaptation and target pools.")
     params = (
         *_source_params("knkarthick/samsum", None, "train", None, False),
         _PRETRAIN_PARAM,
@@ -622,7 +622,7 @@ class GermanWiki(_HubTask):
 @register_task("enron_users")
 class EnronUsers(_HubTask):
     description = ("User-level records (Enron emails by sender, arXiv abstracts by submitter, ...): membership "
-                   "unit is the user (source 002); a user's records share one pool.")
+                   "unit is the user (Kandpal et al. 2024); a user's records share one pool.")
     params = (
         *_source_params("corbt/enron-emails", None, "train", 20000, True),
         Param("text_column", str, "body", "column of the text (arXiv: abstract)"),

@@ -1,14 +1,15 @@
-"""Names2IDs: synthetic people, each a name paired with a 10-digit ID (source 000, sections 5 and 5.2).
+"""Names2IDs: synthetic people, each a name paired with a 10-digit ID (Segal et al. 2025, sections 5
+and 5.2).
 
-000 uses "Names2IDs (synthetic names paired with 10-digit IDs)" to simulate PII extraction: given
+Segal et al. use "Names2IDs (synthetic names paired with 10-digit IDs)" to simulate PII extraction: given
 the prompt ``"Name: <name>, ID:"`` the adversary decodes the ID token by token (average extracted
 length, full extraction rate). A record is therefore ``"Name: <name>, ID: <id>"``.
 
-* Names come from Faker in several locales (round robin over ``locales``; one Faker instance per
-  locale, seeded with ``seed_instance``), as ``first_name() + " " + last_name()``. With
-  ``ascii_names`` (default) they are transliterated to ASCII (accents dropped, ł → l, ß → ss, ...)
-  so that the tiny byte-level BPE models see short records; names are unique (case-insensitively)
-  and every record has at most ``MAX_RECORD_CHARS`` characters (000: at most 25 LLaMA tokens).
+* Names come from Faker in several locales (round robin over ``locales``; one Faker instance per locale,
+  seeded with ``seed_instance``), as ``first_name() + " " + last_name()``. With ``ascii_names``
+  (default) they are transliterated to ASCII (accents dropped, ł → l, ß → ss, ...) so that the tiny
+  byte-level BPE models see short records; names are unique (case-insensitively) and every record has at
+  most ``MAX_RECORD_CHARS`` characters (Segal et al.: at most 25 LLaMA tokens).
 * IDs are 10-digit numbers with a non-zero first digit from a seeded numpy Generator, unique, and
   never a 10-digit run of any mini_pile text (so no ID is in any partition by accident).
 * Partitions: pretrain is mini_pile's; held-out is mini_pile's, or with ``heldout_fraction`` the records of
@@ -20,7 +21,7 @@ length, full extraction rate). A record is therefore ``"Name: <name>, ID: <id>"`
   ``public_format`` carries the template and the extraction prompt.
 
 The relation of the adaptation data to pretraining is ``ood`` (a synthetic directory next to code
-and plays). 000 does not list its locales; the default six are a choice of this benchmark. The
+and plays). Segal et al. do not list their locales; the default six are a choice of this benchmark. The
 Faker version is recorded in ``sources`` (names differ between Faker versions; the fingerprint is
 content-based, so such a change is never confused with the old data).
 """
@@ -147,8 +148,9 @@ class Names2IDs(OnMiniPile, Task):
     def relation_label(self) -> str:
         return "ood"  # a synthetic directory next to whatever the model was pretrained on
 
-    description = ("Names2IDs (source 000): synthetic people 'Name: <name>, ID: <10 digits>' from Faker in several "
-                   "locales; adaptation learns a directory, targets are further people; mini_pile for pretraining.")
+    description = ("Names2IDs (Segal et al. 2025): synthetic people 'Name: <name>, ID: <10 digits>' from Faker in "
+                   "several locales; adaptation learns a directory, targets are further people; mini_pile for "
+                   "pretraining.")
     version = "0.2.0"
     params = (
         Param("n_people", int, 2000, "synthetic people in all (targets + adaptation background + population)",

@@ -1,5 +1,5 @@
 """Offline mini-Pile subsets: named sets of real text, each a stand-in for a Pile subset or an
-out-of-distribution set of source 004, all built from data that ships with installed packages.
+out-of-distribution set of Marek et al. 2026, all built from data that ships with installed packages.
 
 One task, ``pile_subset``, with a ``subset`` parameter (see :data:`SUBSETS`). Every subset task
 shares one **pretraining partition**: the ``pretrain`` partition that

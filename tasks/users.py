@@ -1,6 +1,7 @@
-"""Synthetic users: a user-stratified corpus for user inference (source 002), built on mini_pile.
+"""Synthetic users: a user-stratified corpus for user inference (Kandpal et al. 2024), built on
+mini_pile.
 
-Source 002 (user inference) asks whether *any* of a user's documents were in the fine-tuning data,
+User inference (Kandpal et al. 2024) asks whether *any* of a user's documents were in the fine-tuning data,
 given a few other samples of that user. It works because a user's documents share a user-specific
 distribution (Enron: "identifying information such as names (in salutations and signatures)"), and it
 gets stronger with the amount of data per user and with shared features such as "an email signature
@@ -24,8 +25,8 @@ Each user has
 
 A document is ``greeting / body / phrase / sign-off / signature``, separated by blank lines.
 Everything but the body is user-specific and repeats over the user's documents, so a model
-fine-tuned on a user lowers its loss on *that user's other documents* (002's user-level
-overfitting); the bodies add topic-level regularity without being shared verbatim.
+fine-tuned on a user lowers its loss on *that user's other documents* (Kandpal et al.'s
+user-level overfitting); the bodies add topic-level regularity without being shared verbatim.
 
 Documents per user follow a realistic, skewed spread: log-normal (median ``docs_median``, spread
 ``docs_sigma``) or Zipf (exponent ``zipf_a``), shifted/clipped into ``[min_docs, max_docs]``.
@@ -40,7 +41,7 @@ population bodies from mini_pile's population records (attacker-owned text stays
 unused population records stay in the population); pretrain and heldout are mini_pile's, so no
 body is ever in pretraining.
 
-Attacker knowledge (002: "we set aside 10% of a user's samples as the attacker's knowledge; these
+Attacker knowledge (Kandpal et al. 2024: "we set aside 10% of a user's samples as the attacker's knowledge; these
 samples are never used for fine-tuning"): for every target user, ``max(1, round(attacker_fraction ×
 n_docs))`` documents (at most n_docs - 1) are set aside. They are NOT targets and NOT adaptation
 data; they are public, in ``public_format["user_samples"][user_id]``. ``TaskData.targets`` are the
@@ -52,7 +53,7 @@ with the attacker's samples of that user as its ``Target.samples`` (:mod:`bench.
 every adaptation record is ``TaskData.adapt_owners`` (challenger-only; a defense receives per-world
 pseudonyms of owners in ``AdaptationData.users``).
 
-Canary users (002, section 4.3 and Algorithm 1): ``canary_users`` target users, drawn uniformly,
+Canary users (Kandpal et al. 2024, section 4.3 and Algorithm 1): ``canary_users`` target users, drawn uniformly,
 get a shared substring: one of their documents is drawn uniformly among those whose body has at
 least ``canary_length`` words, a contiguous run of ``canary_length`` whitespace-separated words is
 drawn from its body (whitespace collapsed to single spaces), and the run is inserted at a uniformly
@@ -267,7 +268,8 @@ def _frame(user: dict[str, Any], body: str, phrase: str) -> str:
 
 
 def _draw_canary(bodies: Sequence[str], length: int, rng: np.random.Generator) -> str | None:
-    """A ``length``-word contiguous run of one body drawn uniformly among bodies long enough (002, Algorithm 1)."""
+    """A ``length``-word contiguous run of one body drawn uniformly among bodies long enough
+    (Kandpal et al. 2024, Algorithm 1)."""
     long_enough = [b for b in bodies if len(b.split()) >= length]
     if not long_enough:
         return None
@@ -286,9 +288,10 @@ def _spread(counts: Sequence[int]) -> dict[str, Any]:
 
 @register_task("synthetic_users")
 class SyntheticUsers(OnMiniPile, Task):
-    description = ("User-stratified corpus (source 002): Faker users with a fixed greeting, signature and personal "
-                   "phrases writing about a user-specific topic (real mini_pile records); unit = user, 10% of each "
-                   "target user's documents are the attacker's samples; optional canary users sharing a substring.")
+    description = ("User-stratified corpus (Kandpal et al. 2024): Faker users with a fixed greeting, signature and "
+                   "personal phrases writing about a user-specific topic (real mini_pile records); unit = user, 10% "
+                   "of each target user's documents are the attacker's samples; optional canary users sharing a "
+                   "substring.")
     version = "0.2.0"
     params = (
         Param("n_users", int, 300, "synthetic users in all (targets + adaptation background + population)", low=4),
@@ -305,9 +308,10 @@ class SyntheticUsers(OnMiniPile, Task):
         Param("min_docs", int, 3, "fewest documents of a user (>= 2: one for the attacker, one to train on)", low=2),
         Param("max_docs", int, 40, "most documents of a user", low=2),
         Param("attacker_fraction", float, 0.1, "share of each target user's documents set aside as the attacker's "
-              "samples (002: 10%); at least one, and one stays a target", low=0.0, high=0.5, low_inclusive=False),
-        Param("canary_users", int, 0, "target users whose documents all share an inserted substring (002, 4.3)",
-              low=0),
+              "samples (Kandpal et al. 2024: 10%); at least one, and one stays a target", low=0.0, high=0.5,
+              low_inclusive=False),
+        Param("canary_users", int, 0, "target users whose documents all share an inserted substring "
+              "(Kandpal et al. 2024, section 4.3)", low=0),
         Param("canary_length", int, 10, "words in the canary users' shared substring", low=1, high=100),
         Param("locales", list, DEFAULT_LOCALES, "Faker locales of the users (round robin)", item_type=str),
         Param("ascii_identity", bool, True, "transliterate names, cities and jobs to ASCII"),
@@ -377,7 +381,7 @@ class SyntheticUsers(OnMiniPile, Task):
             u["bodies"] = [base.population[i] for i in idx]
             used_pop.update(idx)
 
-        # canary users (002, Algorithm 1): a shared run of canary_length words in every document's body
+        # canary users (Kandpal et al. 2024, Algorithm 1): a shared run of canary_length words in every document's body
         crng = _rng("canaries", self.seed, self.canary_length)
         eligible = [u for u in target_users if any(len(b.split()) >= self.canary_length for b in u["bodies"])]
         if len(eligible) < self.canary_users:

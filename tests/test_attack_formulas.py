@@ -13,10 +13,10 @@ Formulas (per text, token ids ``x_0 = BOS, x_1 … x_n`` truncated to the contex
 * ``lp_t = log p(x_t | x_<t)`` for t = 1 … n (BOS first, so every text token is scored)
 * Loss (Yeom et al. 2018): ``mean_t lp_t``
 * Zlib (Carlini et al. 2021): ``-(mean NLL) / len(zlib.compress(text))``
-* Min-K% (Shi et al. 2024, source 004 eq. 3): mean of the ``ceil(k·n)`` smallest ``lp_t``
+* Min-K% (Shi et al. 2024; Marek et al. 2026, eq. 3): mean of the ``ceil(k·n)`` smallest ``lp_t``
 * Min-K%++ (Zhang et al. 2024): ``z_t = (lp_t - μ_t) / σ_t`` with ``μ_t = Σ_v p_v log p_v`` and
   ``σ_t² = Σ_v p_v (log p_v)² - μ_t²``; mean of the ``ceil(k·n)`` smallest ``z_t``
-* Reference (source 004 eq. 4): ``-NLL_θ / NLL_ref`` (ratio) and ``-(NLL_θ - NLL_ref)`` (difference)
+* Reference (Marek et al. 2026, eq. 4): ``-NLL_θ / NLL_ref`` (ratio) and ``-(NLL_θ - NLL_ref)`` (difference)
 """
 
 from __future__ import annotations

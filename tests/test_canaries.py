@@ -1,4 +1,5 @@
-"""Tests for tasks.canaries: canary-prefix records (source 004, B.5) and random-word canaries (source 000).
+"""Tests for tasks.canaries: canary-prefix records (Marek et al. 2026, appendix B.5) and random-word canaries
+(Segal et al. 2025).
 
 Frequencies, formats and memberships are recomputed here independently of the module under test.
 """
@@ -151,7 +152,8 @@ def test_word_tokens_are_words(built, base):
 
 
 def test_common_and_rare_by_adaptation_frequency(built, base):
-    # 004 B.5: frequencies are counted in the adaptation dataset (here background + carrier pool)
+    # Marek et al. 2026, appendix B.5: frequencies are counted in the adaptation dataset
+    # (here background + carrier pool)
     counts = count_words(list(base.adapt) + [r.text for r in base.targets])
     common, rare = built["common"].public_format["token_set"], built["rare"].public_format["token_set"]
     others = set(counts) - set(common)
@@ -283,7 +285,7 @@ def test_random_words_config():
         RandomWordCanaries(template="{w1} {w2}")
     with pytest.raises(ConfigError):
         RandomWordCanaries(template="{w1} {w2} {w3} {w4}")
-    RandomWordCanaries(template="{w1} {w2} {w3}")  # 000's bare form
+    RandomWordCanaries(template="{w1} {w2} {w3}")  # Segal et al.'s bare form
 
 
 def test_random_words_custom_template(cache):

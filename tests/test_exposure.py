@@ -1,4 +1,4 @@
-"""Canary exposure estimators against their definitions (source 004 eq. 7 and appendix F)."""
+"""Canary exposure estimators against their definitions (Marek et al. 2026, eq. 7 and appendix F)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""GUARD (003 Algorithm 1) and pure KD (003 A.3): anchored target, losses, a tiny training run, the runner."""
+"""GUARD and pure KD: anchored target, losses, a tiny training run, the runner.
+
+GUARD is Algorithm 1 of GUARD (anonymous preprint, 2025), pure KD its appendix A.3.
+"""
 
 from __future__ import annotations
 
@@ -188,7 +191,7 @@ def test_guard_student_keeps_the_gold_token_near_theta_and_hides_membership(worl
     assert mem["teacher"] < mem["base"] - 0.5
     assert mem["guard"] > mem["teacher"] + 0.5
     assert abs(mem["guard"] - mem["base"]) < 0.5 * abs(mem["teacher"] - mem["base"])
-    # 003's direction: the Loss attack is strong on the teacher and on pure KD, near chance on GUARD
+    # the GUARD paper's direction: the Loss attack is strong on the teacher and on pure KD, near chance on GUARD
     # (measured: teacher 0.93, kd 0.66, guard 0.51 on this seed)
     assert auc["teacher"] > 0.85 and auc["kd"] > auc["guard"] + 0.08
     assert abs(auc["guard"] - 0.5) < 0.1

@@ -1,4 +1,5 @@
-"""Hush (001 Algorithm 2): KL targets, the LP of eq. (1), KL accounting, σ search, Poisson sampling, training."""
+"""Hush (Ganesh et al. 2025, Algorithm 2): KL targets, the LP of eq. (1), KL accounting, σ search, Poisson
+sampling, training."""
 
 from __future__ import annotations
 
@@ -82,7 +83,7 @@ def test_lp_weights_satisfy_the_constraints_and_are_optimal(seed):
 def test_lp_extremes_of_c_and_sampling_rates():
     secrets = [("a",), ("a",), ("a", "b"), ("b",), ()]
     mu = {"a": 0.01, "b": 0.02}
-    assert np.allclose(solve_weights(secrets, mu, 1e6), 1.0)  # c large: no preprocessing (001 section 4)
+    assert np.allclose(solve_weights(secrets, mu, 1e6), 1.0)  # c large: no preprocessing (Ganesh et al., section 4)
     w = solve_weights(secrets, mu, 10.0)
     assert w[:3].sum() == pytest.approx(0.1) and w[2:4].sum() <= 0.2 + 1e-9 and w[4] == pytest.approx(1.0)
     rho = sampling_rates(w, 1.0)
@@ -161,7 +162,7 @@ def test_sigma_is_monotone_in_r_and_the_calibration_takes_the_worst_secret():
 
 
 def _realistic(n: int = 1500, n_secrets: int = 120, seed: int = 0) -> tuple[list, dict]:
-    """001 section 5.1 in small: uneven secret counts, p = 1e-10, r_j uniform in [2e-4, 1e-3]."""
+    """Ganesh et al. 2025, section 5.1, in small: uneven secret counts, p = 1e-10, r_j uniform in [2e-4, 1e-3]."""
     rng = np.random.default_rng(seed)
     secrets: list[list[str]] = [[] for _ in range(n)]
     for j in range(n_secrets):
@@ -172,7 +173,7 @@ def _realistic(n: int = 1500, n_secrets: int = 120, seed: int = 0) -> tuple[list
 
 
 def test_hush_needs_less_noise_than_dp_sgd_on_the_whole_data():
-    """001's claim (Figure 1c): the LP-weighted sampling meets every secret's bound at a smaller σ."""
+    """Ganesh et al.'s claim (2025, Figure 1c): the LP-weighted sampling meets every secret's bound at a smaller σ."""
     secrets, targets = _realistic()
     out = compare_with_dpsgd(secrets, targets, batch_size=32, steps=500)
     assert out["hush"]["all_targets_met"] and out["dpsgd"]["all_targets_met"]

@@ -1,5 +1,5 @@
-"""Empirical mitigations: per-user limits, clipping, early stopping (source 002); goldfish loss and dedup at
-pretraining, with their own θ in the runner."""
+"""Empirical mitigations: per-user limits, clipping, early stopping (Kandpal et al. 2024); goldfish loss and
+dedup at pretraining, with their own θ in the runner."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""NAF aggregation (source 000): each rule against an independent float64 reimplementation of the paper's formula,
-normalisation, k_x against the closed forms of Thm 2.3 / 2.7, the release round trip, the signal cache, and a
-runner-level run where every attack scores an aggregate."""
+"""NAF aggregation (Segal et al. 2025): each rule against an independent float64 reimplementation of the paper's
+formula, normalisation, k_x against the closed forms of Thm 2.3 / 2.7, the release round trip, the signal cache, and
+a runner-level run where every attack scores an aggregate."""
 
 from __future__ import annotations
 
@@ -113,7 +113,8 @@ def test_constant_base_broadcasts_like_a_per_row_copy():
 
 
 def test_paper_table_1_example():
-    """000 Table 1: p = (0.91, 0.01 × 9), q uniform: CP-Δ gives 0.53 / 0.05, CP-Δr 0.15 / 0.09 (2 decimals)."""
+    """Segal et al. 2025, Table 1: p = (0.91, 0.01 × 9), q uniform: CP-Δ gives 0.53 / 0.05, CP-Δr 0.15 / 0.09
+    (2 decimals)."""
     p = np.array([0.91] + [0.01] * 9)
     q = np.full(10, 0.1)
     cp = agg.cp_delta([t(p), t(q)]).exp().numpy()
@@ -325,7 +326,8 @@ def test_guarantee_k_x_matches_an_independent_computation(tiny):
 
 
 def test_smoothing_lowers_k_x_on_the_tiny_model(tiny):
-    """000 Fig. 1(b) / Table 4 ordering on the same constituents: SCP-Δr-b < CP-Δr < CP-Δ at the 99th percentile."""
+    """Segal et al. 2025, Fig. 1(b) / Table 4 ordering on the same constituents: SCP-Δr-b < CP-Δr < CP-Δ at the
+    99th percentile."""
     _, tok, _, train = tiny
     _, release = _adapt(tiny, "scp_delta_r_b")
     lm = _lm(release, tok)

@@ -1,4 +1,4 @@
-"""Tests for tasks.names2ids: the synthetic Names2IDs directory of source 000."""
+"""Tests for tasks.names2ids: the synthetic Names2IDs directory of Segal et al. 2025."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Prefix tuning (source 004): trained with and without DP, released as base + peft adapter, reloaded as a
+"""Prefix tuning (Marek et al. 2026): trained with and without DP, released as base + peft adapter, reloaded as a
 PeftModel whose scores equal the in-memory model's; and a runner-level world with ``dp_adapt`` method prefix."""
 
 from __future__ import annotations

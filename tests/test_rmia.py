@@ -1,4 +1,4 @@
-"""RMIA (source 004 Algorithm 1) against a literal, loop-by-loop transcription of the algorithm."""
+"""RMIA (Marek et al. 2026, Algorithm 1) against a literal, loop-by-loop transcription of the algorithm."""
 
 from __future__ import annotations
 
@@ -81,8 +81,8 @@ def test_members_score_higher_and_alpha_is_tuned_on_shadows_only():
 # -- end to end on a real (tiny) transformer: scores recomputed independently from float64 forwards ----------------
 
 def _privacy_meter_offline(loss_target_x, loss_refs_x, loss_target_z, loss_refs_z, a, gamma):
-    """Offline RMIA in loss space (source 004 Alg. 1 with Privacy Meter's offline mix on both x and z), written
-    per target as 'the share of population samples z that x dominates'."""
+    """Offline RMIA in loss space (Marek et al. 2026, Algorithm 1, with Privacy Meter's offline mix on both x
+    and z), written per target as 'the share of population samples z that x dominates'."""
     out = []
     for i in range(len(loss_target_x)):
         px = ((1 + a) / 2) * np.mean([r[i] for r in loss_refs_x]) + (1 - a) / 2

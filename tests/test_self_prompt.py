@@ -1,4 +1,5 @@
-"""Self-prompt (SPV-MIA's self-prompted reference, source 003): generations, fine-tune cache, score formula.
+"""Self-prompt (SPV-MIA's self-prompted reference, as in GUARD (anonymous preprint, 2025)): generations, fine-tune
+cache, score formula.
 
 The independent checks: the training texts are recomputed with Hugging Face ``generate`` called directly on
 the released model's weights; the score is recomputed from an unpadded float64 forward of the cached

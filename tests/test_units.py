@@ -1,4 +1,5 @@
-"""Unit-level membership (users, source 002; secrets, source 001) in the game, and the user-inference attack.
+"""Unit-level membership (users, Kandpal et al. 2024; secrets, Ganesh et al. 2025) in the game, and the
+user-inference attack.
 
 Checked by definition: whole units go to one group, world sizes count units, labels are per unit, the
 attacker sees only what it may know of a unit (a user's held-aside samples; a secret's carriers), the
@@ -367,7 +368,7 @@ USER_SUITE = {
 @pytest.mark.slow
 def test_runner_user_world(cache, tmp_path):
     """A user world end to end: whole users fine-tuned on, user inference on held-aside samples finds them
-    (002), the null game stays at chance, canary users are reported, scores are stored per user."""
+    (Kandpal et al. 2024), the null game stays at chance, canary users are reported, scores are stored per user."""
     from bench.runner import Runner
     from bench.store import Store
     from bench.suite import parse_suite

@@ -1,4 +1,4 @@
-"""Tests for tasks.users (synthetic users, source 002) and tasks.secrets (Hush secrets, Ganesh et al. 2025).
+"""Tests for tasks.users (synthetic users, Kandpal et al. 2024) and tasks.secrets (Hush secrets, Ganesh et al. 2025).
 
 Properties are recomputed here from the built data, independently of the modules' own checks.
 """
