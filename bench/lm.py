@@ -184,7 +184,8 @@ class HFLanguageModel(LanguageModel):
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, fingerprint: str, max_length: int = 128,
                  batch_size: int = 32, device: torch.device | None = None, autocast_bf16: bool = False,
-                 add_bos: bool = True, cache: SignalCache | None = None, progress: bool = False) -> None:
+                 add_bos: bool = True, cache: SignalCache | None = None, progress: bool = False,
+                 exact_fingerprint: bool = False) -> None:
         self._model = model.eval()
         self._tok = tokenizer
         self.max_length = max_length
@@ -194,13 +195,14 @@ class HFLanguageModel(LanguageModel):
         self.add_bos = add_bos and tokenizer.bos_token_id is not None
         self._cache = cache or SignalCache(None)
         self.progress = progress
-        self.fingerprint = self.fingerprint_for(fingerprint, max_length=max_length, add_bos=self.add_bos,
-                                                autocast_bf16=autocast_bf16)
+        # exact: the caller's fingerprint already names artifact and scoring settings (bench/keys.py, the runner)
+        self.fingerprint = fingerprint if exact_fingerprint else self.fingerprint_for(
+            fingerprint, max_length=max_length, add_bos=self.add_bos, autocast_bf16=autocast_bf16)
 
     @staticmethod
     def fingerprint_for(key: str, *, max_length: int, add_bos: bool, autocast_bf16: bool = False) -> str:
-        """The handle's fingerprint from its artifact key and scoring settings, computable without loading the
-        model (the plan uses it to name evaluation jobs by the key the runner stores)."""
+        """The fingerprint of a handle built from a bare key: the key with the scoring settings that change its
+        signals (the runner instead passes bench.keys.scoring_fingerprint with ``exact_fingerprint``)."""
         from bench.hashing import module_hash
         return content_hash({"model": key, "max_length": max_length, "bos": add_bos, "bf16": autocast_bf16,
                              "code": module_hash("bench.lm", "bench.signals")})
