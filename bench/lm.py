@@ -8,12 +8,14 @@ threat model allows and nothing else (no weights, no training data).
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from bench.errors import CapabilityError
 from bench.hashing import content_hash, text_hash
@@ -129,6 +131,7 @@ class SignalCache:
     def __init__(self, root: Path | None) -> None:
         self.root = root
         self._mem: dict[str, dict[str, TokenSignals]] = {}
+        self._gen: dict[str, dict[str, str]] = {}
         self._seen: dict[str, set[str]] = {}
 
     def _scan(self, fp: str) -> None:
@@ -155,6 +158,53 @@ class SignalCache:
         if any(k not in table for k in keys):
             self._scan(fp)
         return {k: table[k] for k in keys if k in table}
+
+    # -- greedy generations: deterministic for a model, so cached like signals (JSON shards, never pickle) ----
+    def _gen_table(self, fp: str) -> dict[str, str]:
+        key = f"gen:{fp}"
+        table = self._gen.setdefault(key, {})
+        if self.root is not None and (self.root / fp).is_dir():
+            seen = self._seen.setdefault(key, set())
+            for shard in sorted((self.root / fp).glob("gen-*.json")):
+                if shard.name in seen:
+                    continue
+                try:
+                    data = json.loads(shard.read_text(encoding="utf-8"))
+                    if not (isinstance(data, dict) and all(isinstance(v, str) for v in data.values())):
+                        raise ValueError("not a generation shard")
+                    table.update(data)
+                    seen.add(shard.name)
+                except (OSError, ValueError):  # a damaged shard is dropped and regenerated, never trusted
+                    shard.unlink(missing_ok=True)
+        return table
+
+    def lookup_generations(self, fp: str, keys: Sequence[str]) -> dict[str, str]:
+        """Stored greedy continuations of model ``fp`` by generation key (prompt hash and length)."""
+        table = self._gen.get(f"gen:{fp}") or self._gen_table(fp)
+        if any(k not in table for k in keys):
+            table = self._gen_table(fp)
+        return {k: table[k] for k in keys if k in table}
+
+    def add_generations(self, fp: str, new: dict[str, str]) -> None:
+        if not new:
+            return
+        self._gen.setdefault(f"gen:{fp}", {}).update(new)
+        if self.root is None:
+            return
+        import os
+        import tempfile
+        d = self.root / fp
+        d.mkdir(parents=True, exist_ok=True)
+        name = f"gen-{content_hash(sorted(new))}.json"
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=d)
+        os.close(fd)
+        try:
+            Path(tmp).write_text(json.dumps(new, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, d / name)  # write-then-rename: a killed run leaves no half-written shard
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._seen.setdefault(f"gen:{fp}", set()).add(name)
 
     def add(self, fp: str, new: dict[str, TokenSignals]) -> None:
         if not new:
@@ -277,7 +327,6 @@ class HFLanguageModel(LanguageModel):
         batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
         it = batches
         if self.progress and len(batches) > 4:
-            from tqdm.auto import tqdm
             it = tqdm(batches, desc="scoring", unit="batch", leave=False)
         for batch in it:
             ids, mask = right_padded([encoded[i] for i in batch], pad, self.device)
@@ -303,15 +352,24 @@ class HFLanguageModel(LanguageModel):
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-        outs = []
-        for p in prompts:
+        """Greedy continuations, one prompt at a time (no padding, so each equals an unbatched call); cached by
+        (fingerprint, prompt, length) in the signal cache, so a rerun or another attack generates nothing twice."""
+        keys = [content_hash(text_hash(p), max_new_tokens) for p in prompts]
+        have = self._cache.lookup_generations(self.fingerprint, keys)
+        new: dict[str, str] = {}
+        todo = [(p, k) for p, k in zip(prompts, keys) if k not in have]
+        for p, k in tqdm(todo, desc="generating", unit="prompt", disable=not self.progress or len(todo) < 8):
+            if k in new:
+                continue
             ids = torch.tensor([self.encode(p)], device=self.device)
             with self._autocast():
                 gen = self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                            max_new_tokens=max_new_tokens, do_sample=False,
                                            pad_token_id=self._tok.pad_token_id)
-            outs.append(self._tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True))
-        return outs
+            new[k] = self._tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True)
+        self._cache.add_generations(self.fingerprint, new)
+        have.update(new)
+        return [have[k] for k in keys]
 
 
 class RestrictedModel(LanguageModel):
