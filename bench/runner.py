@@ -97,7 +97,7 @@ class Runner:
         self.draw_secret = draw_secret
         self.store = store
         self.cache = cache
-        self.signals = SignalCache(cache.root / "signals")
+        self.signals = SignalCache.for_cache(cache)
         self.command = command
         self.quiet = quiet
         self.code_version = code_version()
@@ -614,7 +614,9 @@ class Runner:
         if u.get("n_generate", 0) > 0:
             values.update(generation_metrics(lm, heldout, n=u["n_generate"], prompt_tokens=u["prompt_tokens"],
                                              max_new_tokens=u["max_new_tokens"],
-                                             cache_dir=self.cache.root / "generations"))
+                                             cache_dir=self.cache.root / "generations",
+                                             read_only_dirs=[r / "generations" for r in
+                                                             getattr(self.cache, "read_only_roots", ())]))
         if train and "train" in train:
             values["train_seconds"] = float(train["train"].get("seconds", 0.0))
         rows.append(dict(utility_key=content_hash(key, "heldout", len(heldout)), dataset="heldout", values=values,
