@@ -216,7 +216,9 @@ def utility_rows(w: Worlds, lm: HFLanguageModel, heldout: list[str], *, key: str
     if u.get("n_generate", 0) > 0:
         values.update(generation_metrics(lm, heldout, n=u["n_generate"], prompt_tokens=u["prompt_tokens"],
                                          max_new_tokens=u["max_new_tokens"],
-                                         cache_dir=w.cache.root / "generations"))
+                                         cache_dir=w.cache.root / "generations",
+                                         read_only_dirs=[r / "generations" for r in
+                                                         getattr(w.cache, "read_only_roots", ())]))
     if train and "train" in train:
         values["train_seconds"] = float(train["train"].get("seconds", 0.0))
     rows.append(UtilityRow(utility_key=held_key, dataset="heldout", values=values, n_tokens=n_tok, **common))

@@ -126,27 +126,42 @@ class SignalCache:
     (bench/signals.py), so a killed run or a concurrent writer never leaves a shard
     that a reader trusts. A lookup that misses re-scans the directory for shards
     other processes (Ray workers) added since, before anything is recomputed.
+
+    ``read_only`` roots (the shared cache's ``signals`` under a sandboxed submission, see
+    :class:`bench.cache.OverlayCache`) are read as well and never written: new shards go to ``root`` only, and
+    a corrupt shard there is skipped rather than deleted.
     """
 
-    def __init__(self, root: Path | None) -> None:
+    def __init__(self, root: Path | None, read_only: Sequence[Path] = ()) -> None:
         self.root = root
+        self.read_only = tuple(Path(r) for r in read_only)
         self._mem: dict[str, dict[str, TokenSignals]] = {}
         self._gen: dict[str, dict[str, str]] = {}
         self._seen: dict[str, set[str]] = {}
 
+    @classmethod
+    def for_cache(cls, cache) -> SignalCache:
+        """The signal cache of an artifact cache: ``<root>/signals``, plus its read-only roots' ``signals``."""
+        return cls(cache.root / "signals", [r / "signals" for r in getattr(cache, "read_only_roots", ())])
+
     def _scan(self, fp: str) -> None:
         table = self._mem.setdefault(fp, {})
         seen = self._seen.setdefault(fp, set())
-        if self.root is None or not (self.root / fp).is_dir():
-            return
-        for shard in sorted((self.root / fp).glob("*.npz")):
-            if shard.name in seen:
+        roots = [(r, False) for r in self.read_only] + ([(self.root, True)] if self.root is not None else [])
+        for root, own in roots:
+            if not (root / fp).is_dir():
                 continue
-            try:
-                table.update(load_signals(shard))
-                seen.add(shard.name)
-            except Exception:  # a corrupt shard is ignored and recomputed, never trusted
-                shard.unlink(missing_ok=True)
+            for shard in sorted((root / fp).glob("*.npz")):
+                if str(shard) in seen:
+                    continue
+                try:
+                    table.update(load_signals(shard))
+                    seen.add(str(shard))
+                except Exception:  # a corrupt shard is ignored and recomputed, never trusted
+                    if own:
+                        shard.unlink(missing_ok=True)
+                    else:
+                        seen.add(str(shard))  # not ours to delete: skipped from now on
 
     def _load(self, fp: str) -> dict[str, TokenSignals]:
         if fp not in self._mem:
@@ -163,19 +178,25 @@ class SignalCache:
     def _gen_table(self, fp: str) -> dict[str, str]:
         key = f"gen:{fp}"
         table = self._gen.setdefault(key, {})
-        if self.root is not None and (self.root / fp).is_dir():
-            seen = self._seen.setdefault(key, set())
-            for shard in sorted((self.root / fp).glob("gen-*.json")):
-                if shard.name in seen:
+        seen = self._seen.setdefault(key, set())
+        roots = [(r, False) for r in self.read_only] + ([(self.root, True)] if self.root is not None else [])
+        for root, own in roots:
+            if not (root / fp).is_dir():
+                continue
+            for shard in sorted((root / fp).glob("gen-*.json")):
+                if str(shard) in seen:
                     continue
                 try:
                     data = json.loads(shard.read_text(encoding="utf-8"))
                     if not (isinstance(data, dict) and all(isinstance(v, str) for v in data.values())):
                         raise ValueError("not a generation shard")
                     table.update(data)
-                    seen.add(shard.name)
-                except (OSError, ValueError):  # a damaged shard is dropped and regenerated, never trusted
-                    shard.unlink(missing_ok=True)
+                    seen.add(str(shard))
+                except (OSError, ValueError):  # a damaged shard is regenerated, never trusted
+                    if own:
+                        shard.unlink(missing_ok=True)
+                    else:
+                        seen.add(str(shard))  # not ours to delete: skipped from now on
         return table
 
     def lookup_generations(self, fp: str, keys: Sequence[str]) -> dict[str, str]:
@@ -204,7 +225,7 @@ class SignalCache:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self._seen.setdefault(f"gen:{fp}", set()).add(name)
+        self._seen.setdefault(f"gen:{fp}", set()).add(str(d / name))
 
     def add(self, fp: str, new: dict[str, TokenSignals]) -> None:
         if not new:
@@ -226,7 +247,7 @@ class SignalCache:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self._seen.setdefault(fp, set()).add(name)
+        self._seen.setdefault(fp, set()).add(str(d / name))
 
 
 class HFLanguageModel(LanguageModel):

@@ -64,7 +64,7 @@ class Worlds:
                  log: Callable[[str], None] = lambda msg: None) -> None:
         self.suite = suite
         self.cache = cache
-        self.signals = SignalCache(cache.root / "signals")
+        self.signals = SignalCache.for_cache(cache)
         #: salts every world's draw (bench.game.Challenger); None = the public, reproducible draw
         self.draw_secret = draw_secret
         self.quiet = quiet
