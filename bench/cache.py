@@ -11,6 +11,10 @@ builds, so a second one waits and then finds the finished artifact instead of
 building it again; a valid artifact is never replaced. A lock dies with its
 process, so a killed builder never blocks the next run; its temporary directory
 (``.<key>.*``) is never trusted and is swept by the next build of that key.
+
+Sandboxed plugin code (`privbench submit`, `privbench validate`) gets an
+:class:`OverlayCache` instead: the shared cache read-only, everything new in a
+private overlay that is discarded when the child ends.
 """
 
 from __future__ import annotations
@@ -39,6 +43,30 @@ def _file_sha(path: Path) -> str:
     return h.hexdigest()
 
 
+def artifact_is_valid(target: Path, *, verify: bool = True) -> bool:
+    """True when the artifact directory ``target`` has a manifest and every file it lists, of the listed size
+    and (with ``verify``) SHA-256."""
+    manifest = target / MANIFEST
+    if not manifest.is_file():
+        return False
+    try:
+        entries = json.loads(manifest.read_text())["files"]
+    except (json.JSONDecodeError, KeyError, TypeError, OSError):
+        return False
+    if not isinstance(entries, dict):
+        return False
+    for rel, meta in entries.items():
+        f = target / rel
+        try:
+            if not f.is_file() or f.stat().st_size != meta["size"]:
+                return False
+            if verify and _file_sha(f) != meta["sha256"]:
+                return False
+        except (OSError, KeyError, TypeError):
+            return False
+    return True
+
+
 class ArtifactCache:
     """Content-addressed store of artifact directories."""
 
@@ -51,21 +79,12 @@ class ArtifactCache:
 
     def is_valid(self, kind: str, key: str, *, verify: bool = True) -> bool:
         """True when the artifact exists and its files match the manifest's checksums."""
+        return self.find(kind, key, verify=verify) is not None
+
+    def find(self, kind: str, key: str, *, verify: bool = True) -> Path | None:
+        """The directory of a valid ``kind/key`` artifact, or None."""
         target = self.path(kind, key)
-        manifest = target / MANIFEST
-        if not manifest.is_file():
-            return False
-        try:
-            entries = json.loads(manifest.read_text())["files"]
-        except (json.JSONDecodeError, KeyError, OSError):
-            return False
-        for rel, meta in entries.items():
-            f = target / rel
-            if not f.is_file() or f.stat().st_size != meta["size"]:
-                return False
-            if verify and _file_sha(f) != meta["sha256"]:
-                return False
-        return True
+        return target if artifact_is_valid(target, verify=verify) else None
 
     @contextmanager
     def _lock(self, kind: str, key: str):
@@ -86,12 +105,14 @@ class ArtifactCache:
 
     def get_or_build(self, kind: str, key: str, build: Callable[[Path], None], *, verify: bool = True) -> Path:
         """Return the artifact dir, building it with ``build(tmp_dir)`` if missing or corrupt."""
-        target = self.path(kind, key)
-        if self.is_valid(kind, key, verify=verify):
-            return target
+        hit = self.find(kind, key, verify=verify)
+        if hit is not None:
+            return hit
+        target = self.root / kind / key  # built here, under this cache's own root, whatever the lookups read
         with self._lock(kind, key):
-            if self.is_valid(kind, key, verify=verify):  # another process built it while we waited
-                return target
+            hit = self.find(kind, key, verify=verify)
+            if hit is not None:  # another process built it while we waited
+                return hit
             target.parent.mkdir(parents=True, exist_ok=True)
             for stale in target.parent.glob(f".{key}.*"):  # a killed builder's leftovers (we hold the lock)
                 if stale.is_dir():
@@ -115,7 +136,7 @@ class ArtifactCache:
                 except OSError:
                     # a builder without the lock (another cache version) finished first: keep theirs if valid
                     shutil.rmtree(tmp, ignore_errors=True)
-                    if not self.is_valid(kind, key, verify=verify):
+                    if not artifact_is_valid(target, verify=verify):
                         raise
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -131,3 +152,121 @@ class ArtifactCache:
                 ok = self.is_valid(kind_dir.name, art.name)
                 out["valid" if ok else "invalid"].append(f"{kind_dir.name}/{art.name}")
         return out
+
+    @property
+    def read_only_roots(self) -> tuple[Path, ...]:
+        """Cache roots this cache reads but never writes (none: see :class:`OverlayCache`)."""
+        return ()
+
+
+#: the overlay's directory inside a submission's sandbox
+OVERLAY_DIR = "cache-overlay"
+
+
+class OverlayCache(ArtifactCache):
+    """The artifact cache as sandboxed plugin code sees it: the shared cache read-only, a private overlay for
+    everything new.
+
+    Lookups (:meth:`find`, :meth:`path`, :meth:`is_valid`, :meth:`get_or_build`) try the overlay, then the
+    shared cache ``base_root``; every build, lock file and other write (``root`` is the overlay, so signal
+    shards, generations and the ``datasets`` cache land there too) goes to ``overlay_root``. Nothing here ever
+    writes, repairs or deletes under ``base_root``: a corrupt shared artifact is rebuilt in the overlay.
+
+    `privbench submit` and `privbench validate` give one to their sandboxed child with the overlay inside the
+    sandbox, and discard the overlay afterwards: nothing a child built is promoted into the shared cache
+    (docs/submitting.md says why).
+    """
+
+    #: directories of the shared cache that a library, not this class, reads and writes (``datasets`` needs a
+    #: writable cache even to read, for its lock files): mirrored into the overlay as symlinks (see __init__)
+    MIRRORED = ("hf_datasets",)
+
+    def __init__(self, base_root: str | Path, overlay_root: str | Path) -> None:
+        super().__init__(overlay_root)
+        self.base = Path(base_root)  # never created or written here
+        for name in self.MIRRORED:
+            if (self.base / name).is_dir() and not (self.root / name).exists():
+                mirror_tree(self.base / name, self.root / name)
+
+    def find(self, kind: str, key: str, *, verify: bool = True) -> Path | None:
+        for root in (self.root, self.base):
+            target = root / kind / key
+            if artifact_is_valid(target, verify=verify):
+                return target
+        return None
+
+    def path(self, kind: str, key: str) -> Path:
+        """Where ``kind/key`` is: the overlay's copy, else the shared cache's, else where a build would put it."""
+        own = self.root / kind / key
+        if (own / MANIFEST).is_file():
+            return own
+        shared = self.base / kind / key
+        return shared if (shared / MANIFEST).is_file() else own
+
+    @property
+    def read_only_roots(self) -> tuple[Path, ...]:
+        return (self.base,)
+
+
+def mirror_tree(src: Path, dst: Path) -> None:
+    """``src``'s directories recreated under ``dst``, each file a symlink to its original (lock files left out:
+    a library opens them with O_NOFOLLOW and makes its own). A reader sees ``src``'s files; a writer adds new
+    files to ``dst``, and a write through a link reaches the original, which the sandbox keeps read-only."""
+    for dirpath, dirnames, filenames in os.walk(src):  # symlinked directories are linked, not descended
+        rel = Path(dirpath).relative_to(src)
+        (dst / rel).mkdir(parents=True, exist_ok=True)
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            if not name.endswith(".lock"):
+                os.symlink(os.path.join(dirpath, name), dst / rel / name)
+
+
+def _subdirs(path: Path) -> list[os.DirEntry]:
+    """Real (not symlinked) subdirectories of ``path``, none if it is not a readable directory."""
+    try:
+        with os.scandir(path) as it:
+            return [e for e in it if e.is_dir(follow_symlinks=False)]
+    except OSError:
+        return []
+
+
+def overlay_summary(overlay_root: str | Path) -> dict[str, int]:
+    """What a sandboxed child left in its overlay: {"artifacts": n, "signal_shards": n}, for the log.
+
+    Only counts; nothing in the overlay is opened, trusted or followed (symlinks included)."""
+    root = Path(overlay_root)
+    n_art = n_sig = 0
+    for kind in _subdirs(root):
+        if kind.name == "signals":
+            for fp in _subdirs(Path(kind.path)):
+                try:
+                    with os.scandir(fp.path) as it:
+                        n_sig += sum(1 for e in it if e.name.endswith(".npz") and not e.name.startswith("."))
+                except OSError:
+                    pass
+        elif kind.name not in ("generations", "hf_datasets") and not kind.name.startswith("."):
+            n_art += sum(1 for e in _subdirs(Path(kind.path)) if not e.name.startswith("."))
+    return {"artifacts": n_art, "signal_shards": n_sig}
+
+
+def discard_overlay(overlay_root: str | Path) -> None:
+    """Delete a child's overlay, whatever the child did to it: symlinks are removed, never followed, and
+    directories it made unwritable are opened (never through a link) so their contents can go."""
+    root = Path(overlay_root)
+    if root.is_symlink():
+        root.unlink()
+        return
+    shutil.rmtree(root, ignore_errors=True)
+    if not root.exists():
+        return
+    try:
+        os.chmod(root, 0o700)
+    except OSError:
+        pass
+    for dirpath, dirnames, _ in os.walk(root):  # os.walk does not descend into symlinked directories
+        for d in [dirpath] + [os.path.join(dirpath, n) for n in dirnames]:
+            if not os.path.islink(d):
+                try:
+                    os.chmod(d, 0o700)
+                except OSError:
+                    pass
+    shutil.rmtree(root, ignore_errors=True)

@@ -8,12 +8,14 @@ threat model allows and nothing else (no weights, no training data).
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
+from tqdm.auto import tqdm
 
 from bench.errors import CapabilityError
 from bench.hashing import content_hash, text_hash
@@ -124,26 +126,42 @@ class SignalCache:
     (bench/signals.py), so a killed run or a concurrent writer never leaves a shard
     that a reader trusts. A lookup that misses re-scans the directory for shards
     other processes (Ray workers) added since, before anything is recomputed.
+
+    ``read_only`` roots (the shared cache's ``signals`` under a sandboxed submission, see
+    :class:`bench.cache.OverlayCache`) are read as well and never written: new shards go to ``root`` only, and
+    a corrupt shard there is skipped rather than deleted.
     """
 
-    def __init__(self, root: Path | None) -> None:
+    def __init__(self, root: Path | None, read_only: Sequence[Path] = ()) -> None:
         self.root = root
+        self.read_only = tuple(Path(r) for r in read_only)
         self._mem: dict[str, dict[str, TokenSignals]] = {}
+        self._gen: dict[str, dict[str, str]] = {}
         self._seen: dict[str, set[str]] = {}
+
+    @classmethod
+    def for_cache(cls, cache) -> SignalCache:
+        """The signal cache of an artifact cache: ``<root>/signals``, plus its read-only roots' ``signals``."""
+        return cls(cache.root / "signals", [r / "signals" for r in getattr(cache, "read_only_roots", ())])
 
     def _scan(self, fp: str) -> None:
         table = self._mem.setdefault(fp, {})
         seen = self._seen.setdefault(fp, set())
-        if self.root is None or not (self.root / fp).is_dir():
-            return
-        for shard in sorted((self.root / fp).glob("*.npz")):
-            if shard.name in seen:
+        roots = [(r, False) for r in self.read_only] + ([(self.root, True)] if self.root is not None else [])
+        for root, own in roots:
+            if not (root / fp).is_dir():
                 continue
-            try:
-                table.update(load_signals(shard))
-                seen.add(shard.name)
-            except Exception:  # a corrupt shard is ignored and recomputed, never trusted
-                shard.unlink(missing_ok=True)
+            for shard in sorted((root / fp).glob("*.npz")):
+                if str(shard) in seen:
+                    continue
+                try:
+                    table.update(load_signals(shard))
+                    seen.add(str(shard))
+                except Exception:  # a corrupt shard is ignored and recomputed, never trusted
+                    if own:
+                        shard.unlink(missing_ok=True)
+                    else:
+                        seen.add(str(shard))  # not ours to delete: skipped from now on
 
     def _load(self, fp: str) -> dict[str, TokenSignals]:
         if fp not in self._mem:
@@ -155,6 +173,59 @@ class SignalCache:
         if any(k not in table for k in keys):
             self._scan(fp)
         return {k: table[k] for k in keys if k in table}
+
+    # -- greedy generations: deterministic for a model, so cached like signals (JSON shards, never pickle) ----
+    def _gen_table(self, fp: str) -> dict[str, str]:
+        key = f"gen:{fp}"
+        table = self._gen.setdefault(key, {})
+        seen = self._seen.setdefault(key, set())
+        roots = [(r, False) for r in self.read_only] + ([(self.root, True)] if self.root is not None else [])
+        for root, own in roots:
+            if not (root / fp).is_dir():
+                continue
+            for shard in sorted((root / fp).glob("gen-*.json")):
+                if str(shard) in seen:
+                    continue
+                try:
+                    data = json.loads(shard.read_text(encoding="utf-8"))
+                    if not (isinstance(data, dict) and all(isinstance(v, str) for v in data.values())):
+                        raise ValueError("not a generation shard")
+                    table.update(data)
+                    seen.add(str(shard))
+                except (OSError, ValueError):  # a damaged shard is regenerated, never trusted
+                    if own:
+                        shard.unlink(missing_ok=True)
+                    else:
+                        seen.add(str(shard))  # not ours to delete: skipped from now on
+        return table
+
+    def lookup_generations(self, fp: str, keys: Sequence[str]) -> dict[str, str]:
+        """Stored greedy continuations of model ``fp`` by generation key (prompt hash and length)."""
+        table = self._gen.get(f"gen:{fp}") or self._gen_table(fp)
+        if any(k not in table for k in keys):
+            table = self._gen_table(fp)
+        return {k: table[k] for k in keys if k in table}
+
+    def add_generations(self, fp: str, new: dict[str, str]) -> None:
+        if not new:
+            return
+        self._gen.setdefault(f"gen:{fp}", {}).update(new)
+        if self.root is None:
+            return
+        import os
+        import tempfile
+        d = self.root / fp
+        d.mkdir(parents=True, exist_ok=True)
+        name = f"gen-{content_hash(sorted(new))}.json"
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=d)
+        os.close(fd)
+        try:
+            Path(tmp).write_text(json.dumps(new, sort_keys=True), encoding="utf-8")
+            os.replace(tmp, d / name)  # write-then-rename: a killed run leaves no half-written shard
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        self._seen.setdefault(f"gen:{fp}", set()).add(str(d / name))
 
     def add(self, fp: str, new: dict[str, TokenSignals]) -> None:
         if not new:
@@ -176,7 +247,7 @@ class SignalCache:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        self._seen.setdefault(fp, set()).add(name)
+        self._seen.setdefault(fp, set()).add(str(d / name))
 
 
 class HFLanguageModel(LanguageModel):
@@ -184,7 +255,8 @@ class HFLanguageModel(LanguageModel):
 
     def __init__(self, model: torch.nn.Module, tokenizer, *, fingerprint: str, max_length: int = 128,
                  batch_size: int = 32, device: torch.device | None = None, autocast_bf16: bool = False,
-                 add_bos: bool = True, cache: SignalCache | None = None, progress: bool = False) -> None:
+                 add_bos: bool = True, cache: SignalCache | None = None, progress: bool = False,
+                 exact_fingerprint: bool = False) -> None:
         self._model = model.eval()
         self._tok = tokenizer
         self.max_length = max_length
@@ -194,13 +266,14 @@ class HFLanguageModel(LanguageModel):
         self.add_bos = add_bos and tokenizer.bos_token_id is not None
         self._cache = cache or SignalCache(None)
         self.progress = progress
-        self.fingerprint = self.fingerprint_for(fingerprint, max_length=max_length, add_bos=self.add_bos,
-                                                autocast_bf16=autocast_bf16)
+        # exact: the caller's fingerprint already names artifact and scoring settings (bench/keys.py, the runner)
+        self.fingerprint = fingerprint if exact_fingerprint else self.fingerprint_for(
+            fingerprint, max_length=max_length, add_bos=self.add_bos, autocast_bf16=autocast_bf16)
 
     @staticmethod
     def fingerprint_for(key: str, *, max_length: int, add_bos: bool, autocast_bf16: bool = False) -> str:
-        """The handle's fingerprint from its artifact key and scoring settings, computable without loading the
-        model (the plan uses it to name evaluation jobs by the key the runner stores)."""
+        """The fingerprint of a handle built from a bare key: the key with the scoring settings that change its
+        signals (the runner instead passes bench.keys.scoring_fingerprint with ``exact_fingerprint``)."""
         from bench.hashing import module_hash
         return content_hash({"model": key, "max_length": max_length, "bos": add_bos, "bf16": autocast_bf16,
                              "code": module_hash("bench.lm", "bench.signals")})
@@ -275,7 +348,6 @@ class HFLanguageModel(LanguageModel):
         batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
         it = batches
         if self.progress and len(batches) > 4:
-            from tqdm.auto import tqdm
             it = tqdm(batches, desc="scoring", unit="batch", leave=False)
         for batch in it:
             ids, mask = right_padded([encoded[i] for i in batch], pad, self.device)
@@ -301,15 +373,24 @@ class HFLanguageModel(LanguageModel):
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-        outs = []
-        for p in prompts:
+        """Greedy continuations, one prompt at a time (no padding, so each equals an unbatched call); cached by
+        (fingerprint, prompt, length) in the signal cache, so a rerun or another attack generates nothing twice."""
+        keys = [content_hash(text_hash(p), max_new_tokens) for p in prompts]
+        have = self._cache.lookup_generations(self.fingerprint, keys)
+        new: dict[str, str] = {}
+        todo = [(p, k) for p, k in zip(prompts, keys) if k not in have]
+        for p, k in tqdm(todo, desc="generating", unit="prompt", disable=not self.progress or len(todo) < 8):
+            if k in new:
+                continue
             ids = torch.tensor([self.encode(p)], device=self.device)
             with self._autocast():
                 gen = self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                            max_new_tokens=max_new_tokens, do_sample=False,
                                            pad_token_id=self._tok.pad_token_id)
-            outs.append(self._tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True))
-        return outs
+            new[k] = self._tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True)
+        self._cache.add_generations(self.fingerprint, new)
+        have.update(new)
+        return [have[k] for k in keys]
 
 
 class RestrictedModel(LanguageModel):

@@ -3,12 +3,12 @@
 data → tokenizer → pretrain θ (per world) and the attacker's reference → shadows → adapt θ' per defense →
 signals (each model scores the world's targets and held-out texts once) → utility rows and attack evaluations.
 
-A job's key is the content key of what it produces: the artifact's cache key
-(bench/artifacts.py) for models, the evaluation key the store holds for an
-evaluation (bench/runner.py ``Runner.eval_key``), the utility key for a utility
-row. Jobs only name their place in the suite (task, model, seed, defense, game,
-attack indices); the runner's job functions (``Runner.run_job``) do the work, so
-every executor runs the same code. Building the plan builds the task data (every
+A job's key is the content key of what it produces (bench/keys.py): the artifact's
+cache key (bench/artifacts.py) for models, the evaluation key the store holds for an
+evaluation, the utility key for a utility row. Jobs name their place in the suite
+(task, model, seed, defense, game, attack indices) with typed parameters
+(bench/jobs.py), whose job functions do the work, so every executor runs the same
+code. Building the plan builds the task data (every
 later key hashes it); the data artifacts are cached, so planning again is cheap.
 """
 
@@ -17,9 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from bench.artifacts import adapted_key, pretrained_key, pretrains, reference_key, tokenizer_key
-from bench.device import score_bf16
-from bench.hashing import content_hash, text_hash
-from bench.lm import HFLanguageModel, SignalCache
+from bench.hashing import text_hash
+from bench.jobs import (AdaptJob, DataJob, EvaluateJob, JobSpec, PretrainJob, ReferenceJob, ShadowJob, SignalsJob,
+                        TokenizerJob, UtilityJob)
+from bench.keys import data_key, eval_key, shadow_seed, signals_key, utility_key
+from bench.lm import SignalCache
+from bench.world import shadow_data
 
 #: job kinds whose work runs a model: on a CUDA suite they ask the executor for a GPU
 GPU_KINDS = frozenset({"pretrain", "reference", "shadow", "adapt", "signals", "utility", "evaluate"})
@@ -30,15 +33,18 @@ ARTIFACT_KINDS = {"tokenizer": "tokenizer", "pretrain": "pretrained", "reference
 
 @dataclass
 class Job:
-    """One unit of work: ``kind`` names the runner's job function, ``params`` its place in the suite."""
+    """One unit of work: ``params`` (bench/jobs.py) names its job function and its place in the suite."""
 
     key: str
-    kind: str
     label: str
     deps: tuple[str, ...]
-    params: dict
+    params: JobSpec
     gpu: bool = False
     done: bool = False  # already in the cache or the database when the plan was made
+
+    @property
+    def kind(self) -> str:
+        return self.params.kind
 
     def __repr__(self) -> str:  # short, for logs
         return f"Job({self.kind} {self.label} {self.key[:12]})"
@@ -98,69 +104,66 @@ def build_plan(runner, run_id: int | None = None) -> Plan:
     """Expand ``runner.suite`` into its job graph, marking what the cache and the database already hold.
 
     Walks the suite in the order the runner always has (task → model → seed → defense → game → attack), so
-    the in-process executor, which runs jobs in plan order, behaves as the runner did.
+    the in-process executor, which runs jobs in plan order, behaves as the runner did. Every key is computed here,
+    once (bench/keys.py); utility and evaluation jobs carry theirs and store their rows under it.
     """
-    s, cache = runner.suite, runner.cache
-    gpu = runner.device.type == "cuda"
+    s, cache, w = runner.suite, runner.cache, runner.worlds
+    gpu = w.device.type == "cuda"
     plan = Plan()
     utility_done: set[tuple] = set()
     if run_id is not None and runner.store is not None:
         utility_done = {(u["task"], u["model"], u["defense"], u["seed"], u["role"])
                         for u in runner.store.utility_rows(run_id)}
 
-    def job(key, kind, label, deps, done=False, **params) -> str:
-        if not done and kind in ARTIFACT_KINDS:
-            done = cache.is_valid(ARTIFACT_KINDS[kind], key, verify=False)
-        return plan.add(Job(key, kind, label, tuple(d for d in deps if d), params, gpu and kind in GPU_KINDS, done))
+    def job(key, params, label, deps, done=False) -> str:
+        if not done and params.kind in ARTIFACT_KINDS:
+            done = cache.is_valid(ARTIFACT_KINDS[params.kind], key, verify=False)
+        return plan.add(Job(key, label, tuple(d for d in deps if d), params, gpu and params.kind in GPU_KINDS, done))
 
     for ti, t in enumerate(s.tasks):
         runner.log(f"task '{t.label}': building data")
-        data = runner._data(ti)
-        runner._check_world(t.label, data)
-        k_data = job(content_hash("data", t.name, t.instance.key, data.fingerprint), "data", t.label, (),
-                     done=True, ti=ti)
-        heldout = runner._heldout(ti)
-
-        def utility_key(model_key: str) -> str:
-            # the key the store holds (Runner._utility); the reference's is the same in every world of a model,
-            # so its utility row is one job, stored once, under the first seed, as the runner always did
-            return content_hash(model_key, "heldout", len(heldout))
+        data = w.data(ti)
+        w.check(t.label, data)
+        k_data = job(data_key(t.name, t.instance.key, data.fingerprint), DataJob(ti), t.label, (), done=True)
+        n_heldout = len(w.heldout(ti))
         for mi, spec in enumerate(s.models):
             def fp(key: str) -> str:
-                # scratch tokenizers always have a BOS token; released models may not (then the stored key differs
-                # from this prediction, the job runs, computes the real key and skips if it is stored)
-                return HFLanguageModel.fingerprint_for(key, max_length=spec.context_length, add_bos=True,
-                                                       autocast_bf16=score_bf16(runner.device))
+                return w.fingerprint(key, spec)
+
+            def signals(key: str, dep: str, label: str, warm: list[str], **where) -> str:
+                return job(signals_key(fp(key), warm), SignalsJob(**where), label, (dep,),
+                           done=_signals_done(w.signals, fp(key), warm))
+
+            def utility(key: str, deps: tuple, label: str, done_as: tuple, **where) -> str:
+                # a model's utility row; the reference's is the same in every world of a model, so its row is one
+                # job (keys are unique), stored once, under the first seed
+                k = utility_key(key, n_heldout)
+                return job(k, UtilityJob(key=k, **where), label, deps, done=done_as in utility_done)
+
             k_tok = None
             if spec.source == "scratch":
-                k_tok = job(tokenizer_key(spec, data), "tokenizer", f"{spec.name} tokenizer", (k_data,),
-                            ti=ti, mi=mi)
+                k_tok = job(tokenizer_key(spec, data), TokenizerJob(ti, mi), f"{spec.name} tokenizer", (k_data,))
             k_ref = ref_key = None
             if s.reference and spec.source == "scratch":
-                ref_texts = runner._population_split(data)["reference"] if runner._needs_shadows() else data.population
+                ref_texts = w.population_split(data)["reference"] if w.needs_shadows() else data.population
                 ref_key = reference_key(spec, k_tok, ref_texts)
-                k_ref = job(ref_key, "reference", f"{spec.name} attacker reference", (k_tok,), ti=ti, mi=mi)
+                k_ref = job(ref_key, ReferenceJob(ti, mi), f"{spec.name} attacker reference", (k_tok,))
             for seed in s.seeds:
-                ch = runner._challenger(ti, seed)
-                warm = runner._warm(ti, seed)
-                common = dict(ti=ti, mi=mi, seed=seed)
-                w = f"{spec.name} seed {seed}"
+                ch = w.challenger(ti, seed)
+                warm = w.warm(ti, seed)
+                at = dict(ti=ti, mi=mi, seed=seed)
+                wl = f"{spec.name} seed {seed}"
                 base_key = pretrained_key(spec, data, k_tok, ch.pretraining_inserts(), seed)
-                k_base = job(base_key, "pretrain", f"θ {w}", (k_tok,), done=spec.source == "hf", **common)
-                sig_base = job(content_hash("signals", fp(base_key), [text_hash(x) for x in warm]), "signals",
-                               f"signals θ {w}", (k_base,), done=_signals_done(runner.signals, fp(base_key), warm),
-                               role="pretrained", **common)
+                k_base = job(base_key, PretrainJob(**at), f"θ {wl}", (k_tok,), done=spec.source == "hf")
+                sig_base = signals(base_key, k_base, f"signals θ {wl}", warm, role="pretrained", **at)
                 sig_ref = None
                 if k_ref:
-                    sig_ref = job(content_hash("signals", fp(ref_key), [text_hash(x) for x in warm]), "signals",
-                                  f"signals reference {w}", (k_ref,),
-                                  done=_signals_done(runner.signals, fp(ref_key), warm), role="reference", **common)
-                job(utility_key(base_key), "utility", f"utility θ {w}", (sig_base,),
-                    done=(t.label, spec.name, "-", seed, "pretrained") in utility_done, role="pretrained", **common)
+                    sig_ref = signals(ref_key, k_ref, f"signals reference {wl}", warm, role="reference", **at)
+                utility(base_key, (sig_base,), f"utility θ {wl}", (t.label, spec.name, "-", seed, "pretrained"),
+                        role="pretrained", **at)
                 if k_ref:
-                    job(utility_key(fp(ref_key)), "utility", f"utility reference {w}", (sig_ref,),
-                        done=(t.label, spec.name, "-", seed, "reference") in utility_done, role="reference",
-                        **common)
+                    utility(ref_key, (sig_ref,), f"utility reference {wl}",
+                            (t.label, spec.name, "-", seed, "reference"), role="reference", **at)
                 # θ per pretraining-stage defense (dedup, goldfish): its own pretrain, signals and utility jobs
                 thetas: dict[int, tuple[str, str, str]] = {}
                 for di, d in enumerate(s.defenses):
@@ -168,45 +171,39 @@ def build_plan(runner, run_id: int | None = None) -> Plan:
                         thetas[di] = (base_key, k_base, sig_base)
                         continue
                     dkey = pretrained_key(spec, data, k_tok, ch.pretraining_inserts(), seed, d.instance)
-                    k_dbase = job(dkey, "pretrain", f"θ ({d.label}) {w}", (k_tok,), di=di, **common)
-                    sig_dbase = job(content_hash("signals", fp(dkey), [text_hash(x) for x in warm]), "signals",
-                                    f"signals θ ({d.label}) {w}", (k_dbase,),
-                                    done=_signals_done(runner.signals, fp(dkey), warm), role="pretrained", di=di,
-                                    **common)
-                    job(utility_key(dkey), "utility", f"utility θ ({d.label}) {w}", (sig_dbase,),
-                        done=(t.label, spec.name, d.label, seed, "pretrained") in utility_done, role="pretrained",
-                        di=di, **common)
+                    k_dbase = job(dkey, PretrainJob(di=di, **at), f"θ ({d.label}) {wl}", (k_tok,))
+                    sig_dbase = signals(dkey, k_dbase, f"signals θ ({d.label}) {wl}", warm, role="pretrained", di=di,
+                                        **at)
+                    utility(dkey, (sig_dbase,), f"utility θ ({d.label}) {wl}",
+                            (t.label, spec.name, d.label, seed, "pretrained"), role="pretrained", di=di, **at)
                     thetas[di] = (dkey, k_dbase, sig_dbase)
                 shadow_deps: dict[int, list[str]] = {}
-                if runner._needs_shadows() and k_ref:
-                    split = runner._population_split(data)
+                if w.needs_shadows() and k_ref:
+                    split = w.population_split(data)
                     for di in range(len(s.defenses)):
-                        d = runner._defense(ti, mi, seed, di)
+                        d = w.defense(ti, mi, seed, di)
                         for which, bkey, bjob in (("base", *thetas[di][:2]), ("reference", ref_key, k_ref)):
                             for i, texts in enumerate(split["shadow"]):
                                 shadow_deps.setdefault(di, []).append(job(
-                                    adapted_key(spec, bkey, d.instance, runner.shadow_data(data, texts, d.instance),
-                                                10_000 + i),
-                                    "shadow", f"shadow {i} of {which} ({d.label}, {w})", (bjob,), di=di,
-                                    which=which, i=i, **common))
+                                    adapted_key(spec, bkey, d.instance, shadow_data(data, texts, d.instance),
+                                                shadow_seed(i)),
+                                    ShadowJob(di=di, which=which, i=i, **at),
+                                    f"shadow {i} of {which} ({d.label}, {wl})", (bjob,)))
                 adaptation = ch.adaptation_data()
                 for di in range(len(s.defenses)):
-                    d = runner._defense(ti, mi, seed, di)  # a matched defense is tuned here, in the driver
+                    d = w.defense(ti, mi, seed, di)  # a matched defense is tuned here, in the driver
                     d_base_key, d_k_base, d_sig_base = thetas[di]
                     ad_key = adapted_key(spec, d_base_key, d.instance, adaptation, seed)
-                    k_ad = job(ad_key, "adapt", f"θ' {d.label} {w}", (d_k_base,), di=di, **common)
-                    sig_ad = job(content_hash("signals", fp(ad_key), [text_hash(x) for x in warm]), "signals",
-                                 f"signals θ' {d.label} {w}", (k_ad,),
-                                 done=_signals_done(runner.signals, fp(ad_key), warm), role="adapted", di=di,
-                                 **common)
-                    job(utility_key(ad_key), "utility", f"utility θ' {d.label} {w}",
-                        (sig_ad, k_ad), done=(t.label, spec.name, d.label, seed, "adapted") in utility_done,
-                        role="adapted", di=di, **common)
+                    k_ad = job(ad_key, AdaptJob(di=di, **at), f"θ' {d.label} {wl}", (d_k_base,))
+                    sig_ad = signals(ad_key, k_ad, f"signals θ' {d.label} {wl}", warm, role="adapted", di=di, **at)
+                    utility(ad_key, (sig_ad, k_ad), f"utility θ' {d.label} {wl}",
+                            (t.label, spec.name, d.label, seed, "adapted"), role="adapted", di=di, **at)
                     for game in s.games:
                         for ai, a in enumerate(s.attacks):
-                            key = runner.eval_key(ch.world_key, fp(d_base_key), fp(ad_key),
-                                                  fp(ref_key) if ref_key else None, d, game.name, a)
-                            job(key, "evaluate", f"{game.name} × {a.label} × {d.label} {w}",
+                            key = eval_key(ch.world_key, fp(d_base_key), fp(ad_key), fp(ref_key) if ref_key else None,
+                                           d.label, d.instance.key, game.name, a.label, a.instance.key, s.metrics)
+                            job(key, EvaluateJob(di=di, game=game.name, ai=ai, key=key, **at),
+                                f"{game.name} × {a.label} × {d.label} {wl}",
                                 (d_sig_base, sig_ad, sig_ref, *shadow_deps.get(di, ())),
-                                done=key in runner.done_evals, di=di, game=game.name, ai=ai, **common)
+                                done=key in runner.done_evals)
     return plan

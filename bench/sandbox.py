@@ -10,12 +10,23 @@ Two layers, because neither is enough alone in every container:
   *before the plugin is imported* (:func:`install_guard`). It refuses network
   calls (``socket.connect/bind/getaddrinfo/...``), process creation
   (``subprocess.Popen``, ``os.system``, ``os.exec*``, ``os.posix_spawn``,
-  ``os.fork``) and any write, delete, rename or mkdir outside the sandbox dir and
-  the artifact cache. A refused call is recorded in a report file and ends the
-  child at once (``os._exit``), so a plugin that catches the exception cannot
-  carry on. The hook is a tripwire for honest-but-buggy or careless code, not a
-  security boundary against code written to escape (``ctypes`` can bypass it);
-  results of runs outside CI are therefore marked unverified in the store.
+  ``os.fork``) and any write, delete, rename or mkdir outside the sandbox dir
+  (which holds the child's private cache overlay, :class:`bench.cache.OverlayCache`:
+  the shared artifact cache is read-only to the child). A refused call is
+  recorded in a report file and ends the child at once (``os._exit``), so a
+  plugin that catches the exception cannot carry on. The hook is a tripwire for
+  honest-but-buggy or careless code, not a security boundary against code
+  written to escape (``ctypes`` can bypass it); results of runs outside CI are
+  therefore marked unverified in the store.
+
+**Read-only paths** (``run_sandboxed(read_only=...)``: the shared artifact cache)
+are also made read-only by the kernel where it allows mount namespaces
+(:func:`readonly_mounts_available`): a bind mount remounted read-only in the
+child's own mount namespace, locked by a second, nested user namespace so that
+the child, root only inside its namespaces, can neither remount it writable nor
+unmount it. Where that is not available (no user namespaces, no ``mount``
+binary, macOS), only the audit hook keeps the child from writing there, and code
+that bypasses the hook could alter the shared cache.
 
 Limits are set in the child before it executes anything: ``RLIMIT_AS`` (address
 space) and ``RLIMIT_CPU`` (CPU seconds); a wall-clock timeout in the parent
@@ -31,6 +42,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -108,6 +120,8 @@ class SandboxResult:
             return f"the plugin process died from signal {sig}: {_tail(self.stderr)}"
         if rc == FAILURE_EXIT:
             return None  # the child wrote its own error; the caller reads it from the result file
+        if rc == MOUNT_FAILED_EXIT and "mount" in self.stderr:
+            return f"the sandbox could not make the artifact cache read-only: {_tail(self.stderr)}"
         return f"the plugin process exited with status {rc}: {_tail(self.stderr)}"
 
 
@@ -129,6 +143,45 @@ def os_isolation_available() -> bool:
     return proc.returncode == 0
 
 
+# Runs as root of the child's first user namespace, with its own mount namespace (unshare --mount makes
+# propagation private, so nothing leaks to the host): each path before "--" is bind-mounted onto itself and
+# remounted read-only; then a nested user + mount namespace is entered, in which those mounts are locked (a mount
+# inherited from a more privileged user namespace keeps its read-only flag and cannot be unmounted), and the
+# command is exec'd there. Exits 97 when a mount fails.
+_READ_ONLY_SCRIPT = ('while [ "$1" != -- ]; do mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 97; '
+                     'shift; done; shift; exec unshare --user --mount --map-root-user -- "$@"')
+MOUNT_FAILED_EXIT = 97
+
+
+def _wrap(argv: list[str], read_only: list[str], isolated: bool, mounts: bool) -> list[str]:
+    if not isolated:
+        return list(argv)
+    if not (read_only and mounts):
+        return ["unshare", "--net", "--map-root-user"] + list(argv)
+    return (["unshare", "--net", "--mount", "--map-root-user", "--", "sh", "-c", _READ_ONLY_SCRIPT,
+             "privbench-sandbox"] + list(read_only) + ["--"] + list(argv))
+
+
+@lru_cache(maxsize=1)
+def readonly_mounts_available() -> bool:
+    """Whether :func:`run_sandboxed` can make paths read-only with a locked bind mount here: probed once by
+    writing into a read-only-mounted scratch directory (which must fail with EROFS and leave nothing)."""
+    if os.environ.get("PRIVBENCH_NO_RO_MOUNT") == "1" or not os_isolation_available():
+        return False
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="privbench-ro-probe-") as d:
+        code = ("import errno, os, sys\n"
+                "try:\n    open(os.path.join(sys.argv[1], 'w'), 'w')\n"
+                "except OSError as e:\n    print('refused' if e.errno == errno.EROFS else 'other')\n"
+                "else:\n    print('written')")
+        try:
+            proc = subprocess.run(_wrap([sys.executable, "-c", code, d], [d], True, True), capture_output=True,
+                                  text=True, timeout=20)
+        except (OSError, subprocess.TimeoutExpired):
+            return False
+        return proc.returncode == 0 and proc.stdout.strip() == "refused" and not os.listdir(d)
+
+
 def _set_limits(limits: Limits) -> None:
     """Runs in the child between fork and exec: a new process group, then the resource limits."""
     mem = int(limits.memory_bytes)
@@ -138,14 +191,29 @@ def _set_limits(limits: Limits) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
+def check_apart(sandbox: str | Path, read_only: Sequence[str | Path]) -> None:
+    """Refuse a sandbox directory inside a read-only one (the child could not write its own files) or containing
+    one (the guard would let the child write there): a :class:`~bench.errors.ConfigError` naming both."""
+    from bench.errors import ConfigError
+    box = os.path.realpath(os.fspath(sandbox))
+    for p in read_only:
+        r = os.path.realpath(os.fspath(p))
+        if box == r or box.startswith(r.rstrip("/") + "/") or r.startswith(box.rstrip("/") + "/"):
+            raise ConfigError(f"the sandbox directory {box} and the artifact cache {r} must not contain each other: "
+                              f"give a sandbox directory outside the cache (or a cache outside the sandbox)")
+
+
 def run_sandboxed(argv: list[str], *, sandbox: Path, limits: Limits, env: dict[str, str] | None = None,
-                  violation_file: Path | None = None, stdin_data: bytes | None = None) -> SandboxResult:
+                  violation_file: Path | None = None, stdin_data: bytes | None = None,
+                  read_only: Sequence[str | Path] = ()) -> SandboxResult:
     """Run ``argv`` (a Python child that calls :func:`install_guard`) in ``sandbox`` under ``limits``.
 
     The child gets its own session (process group), HOME and TMPDIR inside the sandbox, no network namespace
     where the OS allows it, and is killed with its whole group when the wall-clock limit passes. ``stdin_data``
     (small: it must fit the pipe buffer) reaches the child on its standard input and nowhere on disk or in its
-    environment, for a secret the child's trusted code reads before the plugin is imported.
+    environment, for a secret the child's trusted code reads before the plugin is imported. ``read_only``
+    directories (existing, outside ``sandbox``) are read-only to the child where the kernel allows it
+    (:func:`readonly_mounts_available`); elsewhere only the child's audit hook protects them.
     """
     sandbox.mkdir(parents=True, exist_ok=True)
     for sub in ("home", "tmp"):
@@ -154,8 +222,11 @@ def run_sandboxed(argv: list[str], *, sandbox: Path, limits: Limits, env: dict[s
     child_env.update(HOME=str(sandbox / "home"), TMPDIR=str(sandbox / "tmp"), PYTHONDONTWRITEBYTECODE="1",
                      HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                      PYTHONUNBUFFERED="1")
+    check_apart(sandbox, read_only)
     isolated = os_isolation_available()
-    cmd = (["unshare", "--net", "--map-root-user"] if isolated else []) + list(argv)
+    ro = [os.path.realpath(os.fspath(p)) for p in read_only]
+    mounts = bool(ro) and isolated and readonly_mounts_available()
+    cmd = _wrap(list(argv), ro, isolated, mounts)
     t0 = time.perf_counter()
     out_path, err_path = sandbox / "child.stdout", sandbox / "child.stderr"
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
@@ -189,7 +260,8 @@ def run_sandboxed(argv: list[str], *, sandbox: Path, limits: Limits, env: dict[s
             violation = {"message": "the sandbox report was unreadable (the plugin tampered with it)"}
     return SandboxResult(rc, time.perf_counter() - t0, timed_out, out_path.read_text(errors="replace"),
                          err_path.read_text(errors="replace"),
-                         "unshare --net" if isolated else "audit hook only", violation, limits)
+                         ("unshare --net --mount, shared cache read-only" if mounts else "unshare --net")
+                         if isolated else "audit hook only", violation, limits)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -261,7 +333,8 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path) -> No
                     busy[0] = False
                 if not ok:
                     refuse(event, f"write outside the sandbox refused (open {path!r} mode {mode or flags!r}): "
-                                  f"write only under the working directory or the artifact cache")
+                                  f"write only under the working directory (the artifact cache is read-only: "
+                                  f"new artifacts go to the sandbox's cache overlay)")
         elif event in PATH_EVENTS:
             busy[0] = True
             try:
@@ -270,7 +343,8 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path) -> No
                 busy[0] = False
             if bad:
                 refuse(event, f"filesystem change outside the sandbox refused ({event} {bad[0]!r}): "
-                              f"write only under the working directory or the artifact cache")
+                              f"write only under the working directory (the artifact cache is read-only: "
+                              f"new artifacts go to the sandbox's cache overlay)")
 
     sys.addaudithook(hook)
 
@@ -283,9 +357,10 @@ TRUSTED_PRELOAD = ("torch", "transformers", "urllib3", "requests", "accelerate",
                    "tokenizers", "bench.runner", "bench.metrics", "bench.training")
 
 
-def arm_sandbox(box: Path, cache: str, violation_path: Path) -> dict:
+def arm_sandbox(box: Path, violation_path: Path) -> dict:
     """In a submission child, before the plugin is imported: trusted imports, registries loaded, hardware read
-    (``platform.processor()`` runs ``uname``), then the guard armed for ``box`` and the artifact cache.
+    (``platform.processor()`` runs ``uname``), then the guard armed for ``box`` alone: the child's cache overlay
+    is inside it, and the shared artifact cache is read-only (:class:`bench.cache.OverlayCache`).
 
     Returns the hardware description, read while that was still allowed."""
     import importlib
@@ -299,5 +374,5 @@ def arm_sandbox(box: Path, cache: str, violation_path: Path) -> dict:
     for reg in REGISTRIES.values():
         reg.names()
     hardware = hardware_info()
-    install_guard([box, cache], violation_path)
+    install_guard([box], violation_path)
     return hardware

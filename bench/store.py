@@ -37,15 +37,9 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from sqlalchemy import (
-    DateTime,
-    ForeignKey,
-    String,
-    Text,
-    UniqueConstraint,
     create_engine,
     event,
     inspect,
-    false,
     func,
     insert,
     select,
@@ -57,10 +51,12 @@ from sqlalchemy.exc import (
     NoSuchModuleError,
     SQLAlchemyError,
 )
-from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, sessionmaker
+from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from bench.errors import StoreError
+from bench.schema import (RUN_STATUSES, UTILITY_ROLES, Base, Evaluation, EvaluationRow, Guarantee, GuaranteeRow,
+                          Metric, Run, Score, Utility, UtilityRow)
 
 __all__ = [
     "Base",
@@ -77,132 +73,12 @@ __all__ = [
 ]
 
 DEFAULT_URL = "sqlite:///results.db"
-RUN_STATUSES = ("running", "complete", "failed")
-UTILITY_ROLES = ("pretrained", "adapted", "reference")
 SQLITE_BUSY_TIMEOUT_S = 30.0
 URL_HINT = "use sqlite:///path/to/results.db or a SQLAlchemy URL"
 
 _WRITE_OPTION = "privbench_write"  # execution option: this transaction writes
 
 T = TypeVar("T")
-
-
-# ---------------------------------------------------------------- schema
-
-KEY = String(255)
-
-
-class Base(DeclarativeBase):
-    pass
-
-
-class Run(Base):
-    __tablename__ = "runs"
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run_key: Mapped[str] = mapped_column(KEY, unique=True)
-    suite: Mapped[str] = mapped_column(KEY, index=True)
-    config_json: Mapped[str] = mapped_column(Text)
-    config_hash: Mapped[str] = mapped_column(KEY)
-    code_version: Mapped[str] = mapped_column(KEY)
-    plugin_versions_json: Mapped[str] = mapped_column(Text)
-    seeds_json: Mapped[str] = mapped_column(Text)
-    hardware_json: Mapped[str] = mapped_column(Text)
-    status: Mapped[str] = mapped_column(String(16))
-    error: Mapped[str | None] = mapped_column(Text)
-    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    duration_s: Mapped[float | None]
-    submitted_by: Mapped[str | None] = mapped_column(KEY)
-    verified_ci: Mapped[bool] = mapped_column(default=False, server_default=false())
-    command: Mapped[str | None] = mapped_column(Text)
-
-
-class Evaluation(Base):
-    __tablename__ = "evaluations"
-    __table_args__ = (UniqueConstraint("run_id", "eval_key", name="uq_evaluation_key"),)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    eval_key: Mapped[str] = mapped_column(KEY)
-    task: Mapped[str] = mapped_column(KEY)
-    model: Mapped[str] = mapped_column(KEY)
-    defense: Mapped[str] = mapped_column(KEY)
-    defense_params_json: Mapped[str] = mapped_column(Text)
-    seed: Mapped[int]
-    game: Mapped[str] = mapped_column(KEY)
-    attack: Mapped[str] = mapped_column(KEY)
-    attack_params_json: Mapped[str] = mapped_column(Text)
-    world_key: Mapped[str] = mapped_column(KEY)
-    duration_s: Mapped[float]
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
-
-
-class Score(Base):
-    __tablename__ = "scores"
-    __table_args__ = (UniqueConstraint("evaluation_id", "target_id", name="uq_score_target"),)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    evaluation_id: Mapped[int] = mapped_column(
-        ForeignKey("evaluations.id", ondelete="CASCADE"), index=True
-    )
-    target_id: Mapped[str] = mapped_column(KEY)
-    label: Mapped[int]
-    score: Mapped[float]
-
-
-class Metric(Base):
-    __tablename__ = "metrics"
-    __table_args__ = (UniqueConstraint("evaluation_id", "metric", name="uq_metric_name"),)
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    evaluation_id: Mapped[int] = mapped_column(ForeignKey("evaluations.id", ondelete="CASCADE"))
-    metric: Mapped[str] = mapped_column(KEY)
-    value: Mapped[float]
-    ci_low: Mapped[float | None]
-    ci_high: Mapped[float | None]
-    n_pos: Mapped[int]
-    n_neg: Mapped[int]
-    flag: Mapped[str | None] = mapped_column(KEY)
-
-
-class Utility(Base):
-    __tablename__ = "utility"
-    __table_args__ = (
-        UniqueConstraint("run_id", "utility_key", "metric", name="uq_utility_key"),
-    )
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    utility_key: Mapped[str] = mapped_column(KEY)
-    task: Mapped[str] = mapped_column(KEY)
-    model: Mapped[str] = mapped_column(KEY)
-    defense: Mapped[str] = mapped_column(KEY)
-    seed: Mapped[int]
-    role: Mapped[str] = mapped_column(String(32))
-    dataset: Mapped[str] = mapped_column(KEY)
-    metric: Mapped[str] = mapped_column(KEY)
-    value: Mapped[float]
-    n_tokens: Mapped[int]
-
-
-class Guarantee(Base):
-    __tablename__ = "guarantees"
-    __table_args__ = (
-        UniqueConstraint(
-            "run_id", "task", "model", "defense", "seed", "name", name="uq_guarantee_name"
-        ),
-    )
-
-    id: Mapped[int] = mapped_column(primary_key=True)
-    run_id: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    task: Mapped[str] = mapped_column(KEY)
-    model: Mapped[str] = mapped_column(KEY)
-    defense: Mapped[str] = mapped_column(KEY)
-    seed: Mapped[int]
-    name: Mapped[str] = mapped_column(KEY)
-    value: Mapped[float | None]
-    details_json: Mapped[str] = mapped_column(Text)
 
 
 _TABLES: dict[str, type[Base]] = {
@@ -711,6 +587,18 @@ class Store:
                 select(Evaluation.id).where(Evaluation.run_id == run_id, Evaluation.eval_key == eval_key)
             )
             return found is not None
+
+    def write_row(self, run_id: int, row: EvaluationRow | UtilityRow | GuaranteeRow) -> None:
+        """Write one row a job returned (bench/schema.py), into the table its type names."""
+        if isinstance(row, EvaluationRow):
+            self.write_evaluation(run_id, **row.fields())
+        elif isinstance(row, UtilityRow):
+            self.write_utility(run_id, **row.fields())
+        elif isinstance(row, GuaranteeRow):
+            self.write_guarantee(run_id, **row.fields())
+        else:
+            raise StoreError(f"cannot write a {type(row).__name__}: rows are EvaluationRow, UtilityRow or "
+                             f"GuaranteeRow (bench/schema.py)")
 
     def write_evaluation(
         self,

@@ -18,6 +18,16 @@ its environment), and the parent, which built the task data before the child
 started, redraws each world with that secret and checks every evaluation's world
 key, target ids and labels against its own (:func:`expected_labels`); a result
 whose labels differ is rejected.
+
+The shared artifact cache is read-only to the child: it reads it through a
+:class:`bench.cache.OverlayCache` and writes every new artifact and signal shard
+into a private overlay inside its sandbox (``cache-overlay``), which the parent
+deletes once the child has ended, without promoting anything from it into the
+shared cache. Everything the child built was built in a process that had already
+imported the submitted code, so none of it is evidence of what its content key
+names: a manifest's checksums, written by the same process, only show that the
+files are the ones it wrote. A later trusted ``privbench run`` therefore never
+reads a file a submission wrote (docs/submitting.md).
 """
 
 from __future__ import annotations
@@ -75,7 +85,8 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
            submitter: str | None = None, limits: Limits = Limits(), extend: bool = False,
            sandbox_dir: str | None = None, keep_sandbox: bool = False, log=None) -> SubmitResult:
     """Run the plugin ``ref`` (a .py file or an entry-point name) on ``suite`` in a sandbox; store one run."""
-    from bench.cache import ArtifactCache
+    from bench.cache import OVERLAY_DIR, ArtifactCache, discard_overlay, overlay_summary
+    from bench.sandbox import check_apart
     from bench.store import Store
     from bench.suite import load_suite
 
@@ -92,22 +103,34 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
             f"'{base.name}': nothing to do")
         return SubmitResult(previous["id"], "unchanged", None, plugin.label, run_key, time.perf_counter() - t0)
     cache_root = ArtifactCache(cache).root.resolve()
+    if sandbox_dir:
+        check_apart(Path(sandbox_dir).resolve(), [cache_root])
     draw_secret = os.environ.get("PRIVBENCH_DRAW_SECRET") or secrets.token_hex(16)
     # the labels, drawn here, before any plugin code runs (task data built by trusted code only)
     truth = expected_labels(base, ArtifactCache(cache_root), draw_secret)
     box = Path(sandbox_dir).resolve() if sandbox_dir else Path(tempfile.mkdtemp(prefix="privbench-submit-"))
     box.mkdir(parents=True, exist_ok=True)
+    overlay = box / OVERLAY_DIR  # the child's writable cache; the shared one is read-only to it
     spec = {"plugin": plugin.to_dict(), "suite_raw": base.raw, "suite_path": base.path, "extend": extend,
-            "run_key": run_key, "cache": str(cache_root), "sandbox": str(box)}
+            "run_key": run_key, "cache": str(cache_root), "overlay": str(overlay), "sandbox": str(box)}
     (box / "spec.json").write_text(json.dumps(spec, default=str))
-    env = dict(os.environ, PRIVBENCH_CACHE=str(cache_root),
+    env = dict(os.environ, PRIVBENCH_CACHE=str(overlay),
                PYTHONPATH=os.pathsep.join([str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
                    os.pathsep) if p]))
     log(f"plugin '{plugin.label}' (code {plugin.code_hash}) on suite '{base.name}' in sandbox {box} "
         f"({limits.describe()})")
-    res = run_sandboxed([sys.executable, "-m", "bench.submit", "--child", str(box / "spec.json")], sandbox=box,
-                        limits=limits, env={k: v for k, v in env.items() if k != "PRIVBENCH_DRAW_SECRET"},
-                        violation_file=box / VIOLATION_FILE, stdin_data=(draw_secret + "\n").encode())
+    try:
+        res = run_sandboxed([sys.executable, "-m", "bench.submit", "--child", str(box / "spec.json")], sandbox=box,
+                            limits=limits, env={k: v for k, v in env.items() if k != "PRIVBENCH_DRAW_SECRET"},
+                            violation_file=box / VIOLATION_FILE, stdin_data=(draw_secret + "\n").encode(),
+                            read_only=[cache_root])
+    finally:
+        # nothing the child built is promoted into the shared cache (module docstring): the overlay goes
+        left = overlay_summary(overlay)
+        discard_overlay(overlay)
+        log(f"cache overlay discarded ({left['artifacts']} artifacts, {left['signal_shards']} signal shards built "
+            f"in the sandbox; nothing from a sandbox enters the shared cache)")
+    log(f"sandbox isolation: {res.isolation}")
     error = res.failure()
     payload: dict[str, Any] | None = None
     if error is None:
@@ -293,14 +316,16 @@ def _child(spec_path: str) -> int:
         tmp.write_text(json.dumps(obj, default=str))
         os.replace(tmp, out)
 
-    from bench.cache import ArtifactCache
+    from bench.cache import OverlayCache
     from bench.plugin_ref import PluginRef, load_plugin
     from bench.runner import Runner
     from bench.sandbox import arm_sandbox
     from bench.store import Store
     from bench.suite import parse_suite
 
-    hardware = arm_sandbox(box, spec["cache"], box / VIOLATION_FILE)  # trusted work first, then the guard
+    # the shared cache read-only, new artifacts and signal shards into the overlay inside the sandbox
+    cache = OverlayCache(spec["cache"], spec["overlay"])
+    hardware = arm_sandbox(box, box / VIOLATION_FILE)  # trusted work first, then the guard (writes: box only)
 
     plugin = PluginRef(**spec["plugin"])
     try:
@@ -318,7 +343,7 @@ def _child(spec_path: str) -> int:
                 return out
 
         store = Store(f"sqlite:///{box / 'scratch.db'}")
-        runner = SubmissionRunner(suite, store, ArtifactCache(spec["cache"]), quiet=True, draw_secret=draw_secret)
+        runner = SubmissionRunner(suite, store, cache, quiet=True, draw_secret=draw_secret)
         result = runner.run()
         rows = export_rows(store, result.run_id)
         write({"status": "complete", "config": suite.config, "plugin_versions": runner.plugin_versions(),

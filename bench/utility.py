@@ -66,11 +66,13 @@ def rouge_scores(predictions: Sequence[str], references: Sequence[str]) -> dict[
 
 
 def generation_metrics(lm: LanguageModel, texts: Sequence[str], *, n: int, prompt_tokens: int,
-                       max_new_tokens: int, cache_dir: Path | None = None) -> dict[str, float]:
+                       max_new_tokens: int, cache_dir: Path | None = None,
+                       read_only_dirs: Sequence[Path] = ()) -> dict[str, float]:
     """ROUGE-1 / ROUGE-L of greedy continuations of the first ``n`` usable held-out records.
 
     Greedy generations are deterministic for a given model, so with ``cache_dir`` they are stored by
-    (model fingerprint, prompts, length) and a rerun generates nothing.
+    (model fingerprint, prompts, length) and a rerun generates nothing. ``read_only_dirs`` are looked in too
+    (after ``cache_dir``) and never written.
     """
     pairs = continuation_pairs(lm, texts, prompt_tokens, max_new_tokens)[:n]
     if not pairs:
@@ -80,10 +82,13 @@ def generation_metrics(lm: LanguageModel, texts: Sequence[str], *, n: int, promp
     path = None
     fp = getattr(lm, "fingerprint", None)
     if cache_dir is not None and fp:
-        path = Path(cache_dir) / f"{content_hash(fp, prompts, max_new_tokens)}.json"
-        if path.is_file():
+        name = f"{content_hash(fp, prompts, max_new_tokens)}.json"
+        path = Path(cache_dir) / name
+        for found in [path] + [Path(d) / name for d in read_only_dirs]:
+            if outs is not None or not found.is_file():
+                continue
             try:
-                outs = json.loads(path.read_text(encoding="utf-8"))
+                outs = json.loads(found.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 outs = None  # a damaged entry is regenerated
             if not isinstance(outs, list) or len(outs) != len(prompts):

@@ -1,12 +1,13 @@
 """`privbench validate`: check a plugin before submitting it, with problems a researcher can act on.
 
 The plugin is imported only in a sandboxed child (:mod:`bench.sandbox`, the same
-guard as `privbench submit`). The child checks registration (kind, name,
-version, docstring, description, parameters whose defaults validate), then runs
-the plugin on a tiny world of the smoke suite (:data:`TINY_SUITE`): a defense
-must train and release a model whose held-out loss is finite; an attack must
-give one finite score per target. Each problem names its fix; exit status 0
-only when every check passes.
+guard as `privbench submit`, and the same read-only shared cache with a private
+overlay that is discarded afterwards: :class:`bench.cache.OverlayCache`). The
+child checks registration (kind, name, version, docstring, description,
+parameters whose defaults validate), then runs the plugin on a tiny world of
+the smoke suite (:data:`TINY_SUITE`): a defense must train and release a model
+whose held-out loss is finite; an attack must give one finite score per target.
+Each problem names its fix; exit status 0 only when every check passes.
 """
 
 from __future__ import annotations
@@ -107,10 +108,12 @@ def registration_checks(kind: str, name: str, cls: type) -> list[Check]:
     return out
 
 
-def tiny_world_check(kind: str, name: str, cls: type, *, cache: str | Path | None, workdir: Path) -> Check:
+def tiny_world_check(kind: str, name: str, cls: type, *, cache, workdir: Path) -> Check:
     """Run the plugin on the tiny world of the smoke suite (:data:`TINY_SUITE`): a defense must release a model with a
     finite held-out loss, an attack one finite score per target in every game. In process: `privbench validate`
-    calls it inside its sandboxed child, a plugin package's own tests call it directly (:mod:`bench.conformance`)."""
+    calls it inside its sandboxed child, a plugin package's own tests call it directly (:mod:`bench.conformance`).
+    ``cache`` is an :class:`~bench.cache.ArtifactCache` (the child's overlay) or a cache directory (None: the
+    default one)."""
     from bench.cache import ArtifactCache
     from bench.runner import Runner
     from bench.store import Store
@@ -124,7 +127,8 @@ def tiny_world_check(kind: str, name: str, cls: type, *, cache: str | Path | Non
     try:
         suite = parse_suite(raw, path=None)
         store = Store(f"sqlite:///{Path(workdir) / 'scratch.db'}")
-        result = Runner(suite, store, ArtifactCache(cache), quiet=True).run()
+        result = Runner(suite, store, cache if isinstance(cache, ArtifactCache) else ArtifactCache(cache),
+                        quiet=True).run()
         if kind == "defense":
             util = [u for u in store.utility_rows(result.run_id) if u["role"] == "adapted" and u["defense"] == name
                     and u["metric"] == "loss"]
@@ -149,19 +153,27 @@ def tiny_world_check(kind: str, name: str, cls: type, *, cache: str | Path | Non
 def validate(ref: str, *, cache: str | None = None, limits: Limits = Limits(wall_s=900),
              sandbox_dir: str | None = None) -> list[Check]:
     """All checks of ``ref`` (a .py file or entry-point name); the plugin runs only in a sandboxed child."""
-    from bench.cache import ArtifactCache
+    from bench.cache import OVERLAY_DIR, ArtifactCache, discard_overlay
+    from bench.sandbox import check_apart
     from bench.submit import REPO_ROOT
     plugin = resolve_plugin(ref)
     cache_root = ArtifactCache(cache).root.resolve()
+    if sandbox_dir:
+        check_apart(Path(sandbox_dir).resolve(), [cache_root])
     box = Path(sandbox_dir).resolve() if sandbox_dir else Path(tempfile.mkdtemp(prefix="privbench-validate-"))
     box.mkdir(parents=True, exist_ok=True)
-    spec = {"plugin": plugin.to_dict(), "cache": str(cache_root), "sandbox": str(box)}
+    overlay = box / OVERLAY_DIR
+    spec = {"plugin": plugin.to_dict(), "cache": str(cache_root), "overlay": str(overlay), "sandbox": str(box)}
     (box / "spec.json").write_text(json.dumps(spec))
-    env = dict(os.environ, PRIVBENCH_CACHE=str(cache_root),
+    env = dict(os.environ, PRIVBENCH_CACHE=str(overlay),
                PYTHONPATH=os.pathsep.join([str(REPO_ROOT)] + [p for p in os.environ.get("PYTHONPATH", "").split(
                    os.pathsep) if p]))
-    res = run_sandboxed([sys.executable, "-m", "bench.validate", "--child", str(box / "spec.json")], sandbox=box,
-                        limits=limits, env=env, violation_file=box / VIOLATION_FILE)
+    try:
+        res = run_sandboxed([sys.executable, "-m", "bench.validate", "--child", str(box / "spec.json")],
+                            sandbox=box, limits=limits, env=env, violation_file=box / VIOLATION_FILE,
+                            read_only=[cache_root])
+    finally:
+        discard_overlay(overlay)  # as in `privbench submit`: nothing a sandbox built enters the shared cache
     checks: list[Check] = []
     try:
         checks = [Check(**c) for c in json.loads((box / REPORT_FILE).read_text())]
@@ -189,10 +201,12 @@ def _child(spec_path: str) -> int:
 
     import bench.runner  # noqa: F401  (trusted imports before the guard is armed)
     import bench.submit  # noqa: F401,F811
+    from bench.cache import OverlayCache
     from bench.plugin_ref import PluginRef, load_plugin
     from bench.sandbox import arm_sandbox
 
-    arm_sandbox(box, spec["cache"], box / VIOLATION_FILE)  # trusted work first, then the guard
+    cache = OverlayCache(spec["cache"], spec["overlay"])  # the shared cache read-only, new artifacts in the overlay
+    arm_sandbox(box, box / VIOLATION_FILE)  # trusted work first, then the guard (writes: box only)
 
     try:
         kind, name, cls = load_plugin(PluginRef(**spec["plugin"]))
@@ -205,7 +219,7 @@ def _child(spec_path: str) -> int:
     write()
     if not all(c.ok for c in checks):
         return FAILURE_EXIT
-    checks.append(tiny_world_check(kind, name, cls, cache=spec["cache"], workdir=box))
+    checks.append(tiny_world_check(kind, name, cls, cache=cache, workdir=box))
     write()
     return 0 if all(c.ok for c in checks) else FAILURE_EXIT
 

@@ -78,7 +78,10 @@ class NAFLanguageModel(LanguageModel):
 
     def __init__(self, constituents: Sequence[HFLanguageModel], *, variant: str, m: int = 10,
                  base: HFLanguageModel | None = None, constant_logp: torch.Tensor | None = None,
-                 fuse_grid: int = 10, fingerprint: str, cache: SignalCache | None = None) -> None:
+                 fuse_grid: int = 10, fingerprint: str, cache: SignalCache | None = None,
+                 exact_fingerprint: bool = False) -> None:
+        """``exact_fingerprint``: ``fingerprint`` already names the release and its scoring settings (the runner's
+        bench.keys.scoring_fingerprint of the release's artifact key, which covers variant, m and code)."""
         if variant not in agg.VARIANTS:
             raise ConfigError(f"unknown NAF variant '{variant}': use one of {list(agg.VARIANTS)}")
         if len(constituents) < 2:
@@ -98,7 +101,7 @@ class NAFLanguageModel(LanguageModel):
         self.device, self.max_length, self.batch_size = first.device, first.max_length, first.batch_size
         self._tok = first.tokenizer
         self._cache = cache or SignalCache(None)
-        self.fingerprint = content_hash({"naf": fingerprint, "variant": variant, "m": self.m, "grid": self.fuse_grid,
+        self.fingerprint = fingerprint if exact_fingerprint else content_hash({"naf": fingerprint, "variant": variant, "m": self.m, "grid": self.fuse_grid,
                                          "max_length": self.max_length,
                                          "code": module_hash("bench.lm", "bench.signals", "bench.aggregate",
                                                              "defenses.naf")})
@@ -276,7 +279,8 @@ def load_naf(directory: Path, meta: dict, *, device: torch.device, fingerprint: 
     constant = torch.from_numpy(np.load(const)) if const.is_file() else None
     return NAFLanguageModel(constituents, variant=meta["variant"], m=int(meta["m"]), base=base,
                             constant_logp=constant, fuse_grid=int(meta.get("fuse_grid", 10)),
-                            fingerprint=fingerprint, cache=getattr(constituents[0], "_cache", None))
+                            fingerprint=fingerprint, cache=getattr(constituents[0], "_cache", None),
+                            exact_fingerprint=True)
 
 
 # ----------------------------------------------------------------------------------------------- defense

@@ -158,6 +158,34 @@ def test_fingerprint_is_computable_without_the_model(tiny):
     assert lm.fingerprint != HFLanguageModel.fingerprint_for("k", max_length=32, add_bos=True, autocast_bf16=True)
 
 
+def test_greedy_generations_are_cached_per_prompt_and_survive_a_new_process(tiny, tmp_path):
+    """A warm rerun (or a second attack on the same prompts) generates nothing: continuations come from JSON
+    shards in the signal cache; a damaged shard is dropped and regenerated, never trusted."""
+    tok, model, texts = tiny
+    prompts = [t[:20] for t in texts[:6]]
+    lm = HFLanguageModel(model, tok, fingerprint="g", max_length=32, cache=SignalCache(tmp_path))
+    first = lm.generate(prompts, 5)
+    calls = []
+    original = model.generate
+
+    def counting(*a, **k):
+        calls.append(1)
+        return original(*a, **k)
+    model.generate = counting
+    try:
+        again = HFLanguageModel(model, tok, fingerprint="g", max_length=32, cache=SignalCache(tmp_path))
+        assert again.generate(prompts, 5) == first and calls == []            # all from the shards on disk
+        assert again.generate(prompts[:2] + ["a new prompt"], 5)[:2] == first[:2] and len(calls) == 1
+        assert again.generate(prompts[:2], 7) and len(calls) == 3             # another length is another key
+        for shard in (tmp_path / again.fingerprint).glob("gen-*.json"):
+            shard.write_text("{not json")
+        fresh = HFLanguageModel(model, tok, fingerprint="g", max_length=32, cache=SignalCache(tmp_path))
+        calls.clear()
+        assert fresh.generate(prompts, 5) == first and len(calls) == len(prompts)
+    finally:
+        model.generate = original
+
+
 # -- signal shards: atomic, verified, shared between processes --------------------------------------------------
 def test_truncated_shard_is_never_trusted_and_is_recomputed(tiny, tmp_path):
     tok, model, texts = tiny

@@ -303,18 +303,18 @@ def test_shadow_data_gives_each_recipe_what_it_reads():
     protects secrets must get held-back records, owners or secrets built from the population, as D has them."""
     import dataclasses
 
-    from bench.runner import Runner
+    from bench.world import shadow_data
     from defenses.finetune import FineTune
     from defenses.mitigations import EarlyStop
     data = make_task_data(n_targets=40, n_population=60, seed=8)
     texts = tuple(data.population[:20])
-    plain = Runner.shadow_data(None, data, texts, FineTune())
+    plain = shadow_data(data, texts, FineTune())
     assert plain.texts == texts and plain.validation is None and plain.users is None
-    es = Runner.shadow_data(None, data, texts, EarlyStop())
+    es = shadow_data(data, texts, EarlyStop())
     assert es.texts == texts[:16] and es.validation == texts[16:]     # trained on 4/5, validated on the rest
     owners = tuple(f"u{i % 7}" for i in range(len(data.population)))
     users = dataclasses.replace(data, unit="user", population_owners=owners)
-    got = Runner.shadow_data(None, users, texts, FineTune()).users
+    got = shadow_data(users, texts, FineTune()).users
     same = [got[i] == got[j] for i in range(20) for j in range(20)]
     assert same == [owners[i] == owners[j] for i in range(20) for j in range(20)]   # owners kept, pseudonymised
     assert not set(got) & set(owners)

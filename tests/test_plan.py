@@ -44,16 +44,16 @@ def test_plan_graph_keys_and_done_marks(tmp_path):
     assert len(pos) == len(jobs)
     assert all(pos[d] < pos[j.key] for j in jobs for d in j.deps)
     # an evaluation waits for the signals of θ, θ' and the reference of its own world
-    ev = next(j for j in jobs if j.kind == "evaluate" and j.params["seed"] == 1)
-    assert sorted(plan.jobs[d].params["role"] for d in ev.deps) == ["adapted", "pretrained", "reference"]
-    assert {plan.jobs[d].params["seed"] for d in ev.deps} == {1}
+    ev = next(j for j in jobs if j.kind == "evaluate" and j.params.seed == 1)
+    assert sorted(plan.jobs[d].params.role for d in ev.deps) == ["adapted", "pretrained", "reference"]
+    assert {plan.jobs[d].params.seed for d in ev.deps} == {1}
     # artifact jobs are named by the artifact's own cache key
-    data = runner._data(0)
+    data = runner.worlds.data(0)
     spec = suite.models[0]
     tok = next(j for j in jobs if j.kind == "tokenizer")
     assert tok.key == tokenizer_key(spec, data)
     ch = Challenger(data, suite.world, 1)
-    theta1 = next(j for j in jobs if j.kind == "pretrain" and j.params["seed"] == 1)
+    theta1 = next(j for j in jobs if j.kind == "pretrain" and j.params.seed == 1)
     assert theta1.key == pretrained_key(spec, data, tok.key, ch.pretraining_inserts(), 1)
     assert theta1.deps == (tok.key,)
     assert not any(j.done for j in jobs if j.kind != "data")  # empty cache (models) and database
@@ -86,3 +86,23 @@ def test_plan_command_prints_the_graph(tmp_path, monkeypatch):
     lines = res.output.strip().splitlines()
     assert lines[-1].startswith("15 jobs, 1 done, 14 to run")
     assert any("[todo] pretrain" in ln and "<- 1" in ln for ln in lines)
+
+
+def test_released_aggregates_are_planned_under_the_keys_they_are_scored_and_stored_under(tmp_path):
+    """A NAF aggregate is not one checkpoint: it is loaded by its release loader, yet the plan names its signals
+    and evaluations by the same keys the run stores (nothing predicted), so after a run the plan is all done."""
+    from bench.cache import ArtifactCache
+    raw = dict(TINY, name="tiny_plan_naf", seeds=[0], attacks=["loss"], reference=False,
+               defenses=[{"name": "naf", "params": {"variant": "cp_delta", "epochs": 1, "guarantee_texts": 0}}])
+    cache = ArtifactCache(tmp_path / "cache")
+    store = Store(f"sqlite:///{tmp_path / 'n.db'}")
+    runner = Runner(parse_suite(raw), store, cache, quiet=True)
+    result = runner.run()
+    stored = {e["eval_key"] for e in store.evaluations(result.run_id)}
+    runner.done_evals = stored
+    again = build_plan(runner, result.run_id)
+    assert {j.key for j in again.jobs.values() if j.kind == "evaluate"} == stored
+    assert all(j.done for j in again.jobs.values()), [j for j in again.jobs.values() if not j.done]
+    lm = runner.worlds.model_lm(0, 0, 0, "adapted", 0)
+    _, key, _ = runner.worlds.adapted(0, 0, 0, 0)
+    assert lm.fingerprint == runner.worlds.fingerprint(key, runner.suite.models[0])

@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from bench.sandbox import VIOLATION_EXIT, Limits, os_isolation_available, run_sandboxed
+from bench.sandbox import (VIOLATION_EXIT, Limits, os_isolation_available, readonly_mounts_available,
+                           run_sandboxed)
 from bench.store import Store
 from bench.submit import submit
+from test_cache_safety import tree_digest
 
 HERE = Path(__file__).parent
 PLUGINS = HERE / "plugins"
@@ -33,10 +35,12 @@ def scored(cache, tmp_path_factory):
     root = tmp_path_factory.mktemp("submit")
     db = f"sqlite:///{root / 'results.db'}"
     os.environ.pop("CI", None)
+    before = tree_digest(cache.root)
     res = submit(str(PLUGINS / "good_defense.py"), suite=TINY, db=db, cache=str(cache.root), submitter="alice",
                  limits=RUN_LIMITS)
     assert res.status == "complete", res.error
-    return {"db": db, "path": root / "results.db", "result": res, "cache": str(cache.root), "root": root}
+    return {"db": db, "path": root / "results.db", "result": res, "cache": str(cache.root), "root": root,
+            "cache_before": before, "cache_after": tree_digest(cache.root)}
 
 
 def snapshot(db: str) -> dict:
@@ -131,6 +135,97 @@ def test_memory_hog_is_stopped(scored, tmp_path):
     assert "memory limit exceeded" in res.error
 
 
+# ------------------------------------------------------------------ the shared cache: read-only, overlay discarded
+
+def test_honest_run_adds_only_the_parents_task_data_to_the_shared_cache(scored):
+    """The child trained a tokenizer, θ and the adapted model into its overlay; none of it was promoted. The one
+    addition is the task data the parent built before the child started (trusted code, trusted inputs)."""
+    before, after = scored["cache_before"], scored["cache_after"]
+    changed = {k for k in before if after.get(k) != before[k]}
+    added = set(after) - set(before)
+    assert not changed, changed
+    assert {k.split("/")[0] for k in added} <= {"data"}, sorted(added)
+
+
+def test_a_tampering_plugin_changes_nothing_in_the_shared_cache(scored, tmp_path):
+    """A plugin that plants artifacts (one self-consistent, one not) and a signal shard, re-manifests the θ that
+    trusted code built for it, and (where the kernel enforces the read-only mount) writes into the shared cache
+    past the audit hook: its run completes, its overlay is discarded, and the shared cache is unchanged."""
+    shared = Path(scored["cache"])
+    before = tree_digest(shared)
+    kernel = readonly_mounts_available()
+    env = {"PRIVBENCH_TEST_SHARED": str(shared), "PRIVBENCH_TEST_CTYPES": "1" if kernel else "0"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    logged: list[str] = []
+    try:
+        res = submit(str(PLUGINS / "tamper_defense.py"), suite=TINY, db=f"sqlite:///{tmp_path / 'r.db'}",
+                     cache=str(shared), submitter="mallory", limits=RUN_LIMITS, sandbox_dir=str(tmp_path / "box"),
+                     log=logged.append)
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    assert res.status == "complete", res.error
+    report = json.loads((tmp_path / "box" / "tamper-report.json").read_text())
+    assert report["cache"] == str(tmp_path / "box" / "cache-overlay")       # the child's cache was the overlay
+    assert {"planted", "altered", "inconsistent", "shard"} <= set(report)   # it really tampered
+    if kernel:
+        assert report["ctypes"] == os.strerror(30), report                  # EROFS: the kernel refused
+        assert res.isolation == "unshare --net --mount, shared cache read-only"
+    assert tree_digest(shared) == before                                   # byte for byte
+    assert not (tmp_path / "box" / "cache-overlay").exists()                # the overlay is gone
+    assert any("cache overlay discarded" in m and "nothing from a sandbox enters the shared cache" in m
+               for m in logged), logged
+
+
+def test_direct_write_into_the_shared_cache_is_refused(scored, tmp_path, monkeypatch):
+    """The audit hook refuses a plain write into the shared cache (the same plugin's write outside the sandbox
+    is a failed run in test_write_outside_sandbox_is_stopped; here in a database of its own)."""
+    shared = Path(scored["cache"])
+    target = shared / "data" / "planted.txt"
+    before = tree_digest(shared)
+    monkeypatch.setenv("PRIVBENCH_TEST_ESCAPE", str(target))
+    res = submit(str(PLUGINS / "write_defense.py"), suite=TINY, db=f"sqlite:///{tmp_path / 'r.db'}",
+                 cache=str(shared), limits=RUN_LIMITS, sandbox_dir=str(tmp_path / "box"))
+    assert res.status == "failed"
+    assert "write outside the sandbox refused" in res.error and str(target) in res.error
+    assert tree_digest(shared) == before and not target.exists()
+    assert not (tmp_path / "box" / "cache-overlay").exists()
+
+
+def test_kernel_keeps_read_only_paths_read_only_when_available(tmp_path):
+    """Without the audit hook: a write, a remount read-write and an unmount of the read-only path all fail."""
+    if not readonly_mounts_available():
+        pytest.skip("no mount namespaces here: only the audit hook keeps the shared cache read-only")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "f").write_text("x")
+    code = ("import ctypes, errno, os, sys\nd = sys.argv[1]\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+            "for p in (d + '/f', d + '/new'):\n"
+            "    try:\n        open(p, 'a').write('y'); print('wrote')\n"
+            "    except OSError as e:\n        print('refused', e.errno == errno.EROFS)\n"
+            "print('remount', libc.mount(None, d.encode(), None, 0x20 | 0x1000, None))\n"   # MS_REMOUNT|MS_BIND
+            "print('umount', libc.umount2(d.encode(), 2))\n"                               # MNT_DETACH
+            "open(d + '/f', 'a').write('y')\n")
+    res = run_sandboxed([sys.executable, "-c", code, str(shared)], sandbox=tmp_path / "box", limits=Limits(wall_s=60),
+                        read_only=[shared])
+    assert res.stdout.splitlines()[:4] == ["refused True", "refused True", "remount -1", "umount -1"], res.stdout
+    assert res.returncode != 0 and "Read-only file system" in res.stderr
+    assert sorted(os.listdir(shared)) == ["f"] and (shared / "f").read_text() == "x"
+
+
+def test_sandbox_and_cache_must_not_nest(tmp_path):
+    from bench.errors import ConfigError
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for box in (cache / "box", tmp_path):
+        with pytest.raises(ConfigError, match="must not contain each other"):
+            submit(str(PLUGINS / "good_defense.py"), suite=TINY, db=f"sqlite:///{tmp_path / 'r.db'}",
+                   cache=str(cache), sandbox_dir=str(box))
+        with pytest.raises(ConfigError, match="must not contain each other"):
+            run_sandboxed([sys.executable, "-c", "pass"], sandbox=box, limits=Limits(wall_s=60), read_only=[cache])
+
+
 # ------------------------------------------------------------------ the guard and limits, without a run
 
 def _guarded(tmp_path: Path, code: str, **kw) -> tuple[subprocess.CompletedProcess, dict | None]:
@@ -181,7 +276,7 @@ def test_os_isolation_blocks_network_when_available(tmp_path):
             "except OSError as e:\n    print('blocked', e.errno)\nprint(sorted(n for _, n in socket.if_nameindex()))")
     res = run_sandboxed([sys.executable, "-c", code], sandbox=tmp_path / "box", limits=Limits(wall_s=60))
     assert res.returncode == 0 and "blocked" in res.stdout and "['lo']" in res.stdout, res.stderr
-    assert res.isolation == "unshare --net"
+    assert res.isolation == "unshare --net"   # nothing asked to be read-only: no mount namespace
 
 
 # ------------------------------------------------------------------ the example package, end to end
