@@ -239,12 +239,18 @@ def secrets_of(data: TaskData, texts: Sequence[str]) -> tuple[list[tuple[str, ..
 
 # ---------------------------------------------------------------------------------------- metrics
 
+#: fewer units than this on either side of a canary / ordinary subset and its AUC row is flagged underpowered
+SUBSET_MIN_PER_SIDE = 20
+
+
 def canary_unit_metrics(labels: np.ndarray, scores: np.ndarray, canary: Iterable[bool]) -> list[MetricRow]:
     """AUC among canary units and among ordinary units (Kandpal et al. 2024, Figure 6), where both have both classes.
 
-    Rows ``auc_canary_units`` and ``auc_ordinary_units``; nothing when the world has no canary units.
+    Rows ``auc_canary_units`` and ``auc_ordinary_units``; nothing when the world has no canary units. A row with
+    fewer than :data:`SUBSET_MIN_PER_SIDE` units on a side is flagged ``underpowered``: with 4 vs 4 canary users
+    an AUC of 0.8 is within chance (θ′ = θ reaches it), so such a row must not read as evidence.
     """
-    from bench.metrics import MetricRow, roc_auc
+    from bench.metrics import FLAG_UNDERPOWERED, MetricRow, roc_auc
 
     y = np.asarray(labels, dtype=np.int64)
     s = np.asarray(scores, dtype=np.float64)
@@ -255,5 +261,6 @@ def canary_unit_metrics(labels: np.ndarray, scores: np.ndarray, canary: Iterable
     for name, mask in (("auc_canary_units", c), ("auc_ordinary_units", ~c)):
         n_pos, n_neg = int(y[mask].sum()), int((1 - y[mask]).sum())
         if n_pos and n_neg:
-            rows.append(MetricRow(name, float(roc_auc(y[mask], s[mask])), None, None, n_pos, n_neg))
+            flag = FLAG_UNDERPOWERED if min(n_pos, n_neg) < SUBSET_MIN_PER_SIDE else None
+            rows.append(MetricRow(name, float(roc_auc(y[mask], s[mask])), None, None, n_pos, n_neg, flag))
     return rows

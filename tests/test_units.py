@@ -335,6 +335,8 @@ def test_canary_unit_metrics_against_pairwise_auc():
         want = _pairwise_auc(s[mask & (y == 1)], s[mask & (y == 0)])
         assert isinstance(rows[name], MetricRow) and abs(rows[name].value - want) < 1e-12
         assert (rows[name].n_pos, rows[name].n_neg) == (int((mask & (y == 1)).sum()), int((mask & (y == 0)).sum()))
+        assert rows[name].flag == ("underpowered" if min(rows[name].n_pos, rows[name].n_neg) < 20 else None)
+    assert rows["auc_canary_units"].flag == "underpowered"      # about 9 vs 9 canary units: too few to read
     assert canary_unit_metrics(y, s, [False] * 60) == []
     only_pos = canary_unit_metrics(np.array([1, 1, 0, 0]), np.arange(4.0), [True, True, False, False])
     assert only_pos == []  # neither subset has both classes
