@@ -88,10 +88,15 @@ def db(tmp_path_factory):
     return path, written
 
 
-def _app(db_path: Path, monkeypatch):
+def _app(db_path: Path, monkeypatch, page: str | None = "All results"):
+    """The app on ``db_path``; by default on its "All results" page (the database browser), where the tests of
+    every stored row look. ``page=None`` opens the first screen (the ranking)."""
     from streamlit.testing.v1 import AppTest
     monkeypatch.setenv("PRIVBENCH_DB", str(db_path))
-    return AppTest.from_file(str(APP), default_timeout=60)
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    if page is not None:
+        at.session_state["page"] = page
+    return at
 
 
 def _table(at) -> pd.DataFrame:
