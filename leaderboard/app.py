@@ -38,6 +38,7 @@ from leaderboard.queries import (  # noqa: E402
 
 PAGES = ["Ranking", "Defense page", "All results"]
 VIEWS = ["Leaderboard", "Privacy–utility", "ROC curves", "Per-attack breakdown", "Provenance"]
+EPSILON = "guarantee: epsilon"
 # first-screen column widths: the ranked table fits 1366 px wide without scrolling sideways
 RANKING_WIDTHS = {"rank": 58, "defense": 150, "parameters": 150, "TPR@1%FPR [95% CI]": 148, "AUC [95% CI]": 148,
                   "worst attack": 120, "utility retained [95% CI]": 148, "guarantee": 80,
@@ -416,8 +417,9 @@ def view_all(data: dict) -> None:
 
 
 def main() -> None:
-    st.set_page_config(page_title="privbench leaderboard", layout="wide", initial_sidebar_state="collapsed")
-    st.title("privbench leaderboard")
+    st.set_page_config(page_title="privbench leaderboard", layout="wide", initial_sidebar_state="auto")
+    head = st.columns([7, 4, 5], vertical_alignment="bottom")  # one row: the table starts high on the screen
+    head[0].title("privbench leaderboard")
     db = _db_arg()
     try:
         data = _load(db)
@@ -435,9 +437,8 @@ def main() -> None:
             st.info("the results database holds no complete runs yet: run `privbench run --suite quick`")
             return
         board = board_from_frames(data["metrics"], data["utility"], data["guarantees"], data["runs"])
-        c1, c2 = st.columns([2, 3], vertical_alignment="bottom")
-        name = c1.selectbox("track", board.names, key="track", format_func=lambda n: board.groups[n].title())
-        page = c2.radio("page", PAGES, horizontal=True, key="page", label_visibility="collapsed")
+        name = head[1].selectbox("track", board.names, key="track", format_func=lambda n: board.groups[n].title())
+        page = head[2].radio("page", PAGES, horizontal=True, key="page", label_visibility="collapsed")
         if page == "Ranking":
             view_ranking(board.groups[name])
         elif page == "Defense page":
