@@ -531,10 +531,10 @@ def _write_track_run(store: Store, key: str, *, track: dict | None, suite: str, 
     for d, seed in itertools.product(defenses, seeds):
         common = dict(task=task, model="nano", defense=d, seed=seed)
         for game, attack in itertools.product(("adapt", "null"), ("loss", "zlib")):
-            off = 0.0 if game == "adapt" else -0.3
             lose = 0.0 if attack == "loss" else -0.02  # loss is the worst case of both metrics
-            auc = max(TRACK_AUC[d] + off, 0.45) + lose + SEED_D[seed]
-            tpr = max(TRACK_TPR[d] + off / 3, 0.01) + lose + SEED_D[seed]
+            base_auc, base_tpr = (TRACK_AUC[d], TRACK_TPR[d]) if game == "adapt" else (0.5, 0.03)  # null: chance
+            auc = base_auc + lose + SEED_D[seed]
+            tpr = base_tpr + lose + SEED_D[seed]
             store.write_evaluation(run_id, f"{d}-{seed}-{game}-{attack}", defense_params=TRACK_PARAMS[d], game=game,
                                    attack=attack, attack_params={}, world_key=f"w{seed}",
                                    target_ids=[f"t{i}" for i in range(20)], labels=labels,
