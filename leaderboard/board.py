@@ -134,7 +134,8 @@ def _restrict(frame: pd.DataFrame, worlds: pd.DataFrame, group: str) -> pd.DataF
 def board_from_frames(metrics: pd.DataFrame, utility: pd.DataFrame, guarantees: pd.DataFrame,
                       runs: pd.DataFrame) -> Board:
     """The board from the four ``queries`` frames (pure pandas)."""
-    worlds = world_groups(run_groups(runs), metrics)
+    complete = runs[runs["status"] == "complete"] if "status" in runs else runs  # a failed run names no group
+    worlds = world_groups(run_groups(complete), metrics)
     table = group_table(worlds, metrics)
     board = Board(runs=runs)
     for meta in table.to_dict("records"):

@@ -560,8 +560,8 @@ ANCHORS = ("none", "finetune")
 
 def _populate_tracks(path: Path) -> None:
     """Runs on tracks: an older version of `quick` (other hash), `quick` itself with anchors, five defenses (one
-    without utility retained, one hostile), `canaries` with its anchors, a suite without a track, and a run that
-    never finished."""
+    without utility retained, one hostile), `canaries` with its anchors, a suite without a track, and two runs
+    that never finished (one of a newer version of `quick`)."""
     store = Store(str(path))
     _write_track_run(store, "quick-old", track={"name": "quick", "hash": "q-old", "headline_game": "adapt"},
                      suite="quick", defenses=["none", "finetune"], task="wiki")
@@ -573,6 +573,8 @@ def _populate_tracks(path: Path) -> None:
     _write_track_run(store, "adhoc", track=None, suite="adhoc", defenses=["finetune", "weak"], task="wiki", seeds=(0,))
     _write_track_run(store, "broken", track={"name": "users", "hash": "u1", "headline_game": "adapt"},
                      suite="users", defenses=["none"], task="users", status="failed")
+    _write_track_run(store, "quick-next", track={"name": "quick", "hash": "q-next", "headline_game": "adapt"},
+                     suite="quick", defenses=["none"], task="wiki", status="failed")
     store.close()
 
 
@@ -603,7 +605,8 @@ def _board(path: Path):
 
 def test_runs_are_grouped_by_track_then_suite(tracks_db):
     board = _board(tracks_db)
-    # tracks first, quick first; an older hash of a track is its own group; the failed run is not shown
+    # tracks first, quick first; an older hash of a track is its own group; failed runs are not shown (nor does
+    # the newer hash of a failed run take the track's name)
     assert board.names == ["quick", "canaries", "quick@q-old", "adhoc"]
     assert board.default() == "quick"
     assert [board.groups[n].kind for n in board.names] == ["track", "track", "track", "suite"]
