@@ -6,7 +6,7 @@ Writes, from the same frames the Streamlit app shows (leaderboard.board):
   ``aggregate.display_ranking``, verbatim — the selection-bias note, the per-attack view and the headline plot as
   inline SVG; the ranking rule. No script and no external resource: it opens offline, from disk.
 * ``defense/<id>.html``: one page per configuration — facts, games × attacks tables (AUC, TPR at 1% FPR), ROC
-  summary of the headline game recomputed from the stored scores, utility rows, guarantees, command and versions.
+  curves (inline SVG) and their summary for the headline game, recomputed from the stored scores, utility rows, guarantees, command and versions.
 * ``specs/<group>.vl.json``: the Vega-Lite spec of each headline plot (the app's Altair chart, data inline).
 * ``board.json``: the data behind all of it (ranking frames with every numeric column, the displayed cells, the
   per-attack view, plot points, per-configuration details).
@@ -27,7 +27,7 @@ import pandas as pd
 
 from leaderboard.aggregate import DISPLAY_COLUMNS, RANKING_RULE, game_attack_grid
 from leaderboard.board import Board, Group, load_board
-from leaderboard.plots import headline_chart, headline_points, headline_svg
+from leaderboard.plots import headline_chart, headline_points, headline_svg, roc_svg
 from leaderboard.queries import read_only_engine, roc_points, roc_summary, scores_frame
 
 __all__ = ["export_board", "export_db", "group_slug"]
@@ -102,17 +102,20 @@ def _meta_line(group: Group) -> str:
     return line
 
 
-def _roc_table(group: Group, cfg: pd.Series, engine) -> pd.DataFrame:
+def _roc(group: Group, cfg: pd.Series, engine) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(ROC points with a ``curve`` label, per-curve summary) of the headline game, from the stored scores."""
     rows = group.config_rows(cfg)
     evs = rows[rows["game"] == group.game][["evaluation_id", "attack", "seed"]].drop_duplicates()
     if evs.empty or engine is None:
-        return pd.DataFrame()
-    roc = roc_points(scores_frame(engine, evs["evaluation_id"].tolist()))
+        return pd.DataFrame(), pd.DataFrame()
+    roc = roc_points(scores_frame(engine, evs["evaluation_id"].tolist())).merge(evs, on="evaluation_id")
     if roc.empty:
-        return pd.DataFrame()
+        return roc, pd.DataFrame()
+    roc["curve"] = roc["attack"] + " (seed " + roc["seed"].astype(str) + ")"
     stored = rows[rows["metric"] == "auc"][["evaluation_id", "value"]].rename(columns={"value": "stored AUC"})
-    return (evs.merge(roc_summary(roc), on="evaluation_id").merge(stored, on="evaluation_id", how="left")
-            .sort_values(["attack", "seed"]).drop(columns="evaluation_id").reset_index(drop=True))
+    summary = (evs.merge(roc_summary(roc), on="evaluation_id").merge(stored, on="evaluation_id", how="left")
+               .sort_values(["attack", "seed"]).drop(columns="evaluation_id").reset_index(drop=True))
+    return roc, summary
 
 
 def _grid_tables(grid: pd.DataFrame) -> str:
@@ -134,7 +137,7 @@ def _defense_page(group: Group, cfg: pd.Series, board: Board, engine) -> tuple[s
     grid = game_attack_grid(group.config_rows(cfg))
     util = group.config_utility(cfg)
     gts = group.config_guarantees(cfg)
-    roc = _roc_table(group, cfg, engine)
+    roc_pts, roc = _roc(group, cfg, engine)
     runs = board.runs[board.runs["run"].isin([int(x) for x in str(cfg["runs"]).split(", ") if x])]
     versions: dict = {}
     for v in runs["plugin_versions"]:
@@ -150,9 +153,11 @@ def _defense_page(group: Group, cfg: pd.Series, board: Board, engine) -> tuple[s
             f"<h1>{_e(cfg['defense'])}</h1>", f'<p class="meta">{_e(_meta_line(group))}</p>',
             _table(facts, "facts"), "<h2>Parameters</h2>", f"<pre>{_e(params)}</pre>",
             "<h2>Games × attacks</h2>", _grid_tables(grid) or "<p>no AUC or TPR stored</p>",
-            f"<h2>ROC summary ({_e(group.game)} game)</h2>",
-            '<p class="note">Recomputed from the stored per-sample scores (higher score = member), next to the stored '
-            "AUC; the app draws the curves.</p>",
+            f"<h2>ROC curves ({_e(group.game)} game)</h2>",
+            '<p class="note">From the stored per-sample scores (higher score = member), log–log (points with FPR or '
+            "TPR = 0 cannot be drawn); dashed: chance. Per curve, AUC and TPR at 1% FPR recomputed from it, next to "
+            "the stored AUC.</p>",
+            roc_svg(roc_pts, f"ROC curves, {group.game} game") if not roc.empty else "",
             _table(roc, "roc") if not roc.empty else "<p>no stored scores with both classes</p>",
             "<h2>Utility</h2>", _table(util, "utility") if not util.empty else "<p>no utility rows stored</p>",
             "<h2>Guarantees</h2>", _table(gts, "guarantees") if not gts.empty else "<p>no formal guarantee stored</p>",

@@ -16,7 +16,8 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
-__all__ = ["TPR_FLOOR", "headline_points", "headline_chart", "headline_svg", "heatmap_chart", "roc_chart"]
+__all__ = ["TPR_FLOOR", "headline_points", "headline_chart", "headline_svg", "heatmap_chart", "roc_chart",
+           "roc_svg"]
 
 TPR_FLOOR = 1e-3
 FRONT_COLOR = "#d62728"
@@ -191,3 +192,57 @@ def roc_chart(roc: pd.DataFrame) -> alt.LayerChart:
         color=alt.Color("curve:N", title="attack (seed)"), tooltip=["curve", "fpr", "tpr"])
     diag = alt.Chart(chance).mark_line(strokeDash=[4, 4], color="gray").encode(x="fpr:Q", y="tpr:Q")
     return curves + diag
+
+
+PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+           "#17becf"]
+
+
+def roc_svg(roc: pd.DataFrame, title: str = "ROC curves") -> str:
+    """Log–log ROC curves as inline SVG (the export's defense pages): one step curve per ``curve`` label (attack and
+    seed), the chance diagonal dashed; points with FPR or TPR = 0 cannot be drawn on log axes and are left out."""
+    w, h, m = 560, 380, {"l": 58, "r": 190, "t": 14, "b": 44}
+    pw, ph = w - m["l"] - m["r"], h - m["t"] - m["b"]
+    pos = roc[(roc["fpr"] > 0) & (roc["tpr"] > 0)]
+    lo = 10 ** math.floor(math.log10(max(float(pos["fpr"].min()), 1e-6))) if not pos.empty else 1e-3
+    lo = min(lo, 10 ** math.floor(math.log10(max(float(pos["tpr"].min()), 1e-6)))) if not pos.empty else lo
+    span = -math.log10(lo)
+
+    def s(v: float, horizontal: bool) -> float:
+        t = (math.log10(max(v, lo)) - math.log10(lo)) / span
+        return m["l"] + t * pw if horizontal else m["t"] + (1 - t) * ph
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" role="img" '
+           f'font-family="sans-serif"><title>{html.escape(title)}</title>',
+           f'<rect x="{m["l"]}" y="{m["t"]}" width="{pw}" height="{ph}" fill="none" stroke="#999"/>']
+    k = 0
+    while 10 ** -k >= lo * 0.999:
+        v = 10 ** -k
+        out.append(f'<line x1="{s(v, True):.1f}" x2="{s(v, True):.1f}" y1="{m["t"]}" y2="{m["t"] + ph}" stroke="#eee"/>'
+                   f'<text x="{s(v, True):.1f}" y="{m["t"] + ph + 15}" text-anchor="middle" font-size="11">{v:g}</text>'
+                   f'<line x1="{m["l"]}" x2="{m["l"] + pw}" y1="{s(v, False):.1f}" y2="{s(v, False):.1f}" '
+                   f'stroke="#eee"/><text x="{m["l"] - 6}" y="{s(v, False) + 4:.1f}" text-anchor="end" '
+                   f'font-size="11">{v:g}</text>')
+        k += 1
+    out.append(f'<line x1="{s(lo, True):.1f}" y1="{s(lo, False):.1f}" x2="{s(1, True):.1f}" y2="{s(1, False):.1f}" '
+               f'stroke="gray" stroke-dasharray="4 4"/>')
+    out.append(f'<text x="{m["l"] + pw / 2:.1f}" y="{h - 8}" text-anchor="middle" font-size="12">false positive rate'
+               f'</text><text transform="translate(14,{m["t"] + ph / 2:.1f}) rotate(-90)" text-anchor="middle" '
+               f'font-size="12">true positive rate</text>')
+    for i, (curve, g) in enumerate(pos.groupby("curve", sort=True)):
+        color = PALETTE[i % len(PALETTE)]
+        pts, prev = [], None
+        for f, t in zip(g["fpr"], g["tpr"]):  # step-after, as in the app
+            x, y = s(f, True), s(t, False)
+            if prev is not None:
+                pts.append(f"{x:.1f},{prev:.1f}")
+            pts.append(f"{x:.1f},{y:.1f}")
+            prev = y
+        out.append(f'<polyline class="roc" points="{" ".join(pts)}" fill="none" stroke="{color}" stroke-width="1.5">'
+                   f'<title>{html.escape(str(curve))}</title></polyline>')
+        ly = m["t"] + 12 + 16 * i
+        out.append(f'<line x1="{m["l"] + pw + 12}" x2="{m["l"] + pw + 30}" y1="{ly - 4}" y2="{ly - 4}" '
+                   f'stroke="{color}" stroke-width="2"/><text x="{m["l"] + pw + 36}" y="{ly}" font-size="11">'
+                   f'{html.escape(str(curve))}</text>')
+    out.append("</svg>")
+    return "\n".join(out)
