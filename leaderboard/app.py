@@ -416,6 +416,33 @@ def view_all(data: dict) -> None:
         view_provenance(data["runs"])
 
 
+PAGE_SLUGS = {"Ranking": "ranking", "Defense page": "defense", "All results": "all"}
+
+
+def _from_url(board: Board) -> None:
+    """On a session's first run, take track, page and configuration from the URL (``?track=quick&page=defense
+    &config=<id>``), so a ranking or a defense page can be linked to."""
+    if st.session_state.get("_url_read"):
+        return
+    st.session_state["_url_read"] = True
+    qp = st.query_params
+    if qp.get("track") in board.groups and "track" not in st.session_state:
+        st.session_state["track"] = qp["track"]
+    pages = {v: k for k, v in PAGE_SLUGS.items()}
+    if qp.get("page") in pages and "page" not in st.session_state:
+        st.session_state["page"] = pages[qp["page"]]
+    if qp.get("config") and "defense_cfg" not in st.session_state:
+        st.session_state["defense_cfg"] = qp["config"]
+
+
+def _to_url(track: str, page: str) -> None:
+    params = {"track": track, "page": PAGE_SLUGS[page]}
+    if page == "Defense page" and st.session_state.get("defense_cfg"):
+        params["config"] = st.session_state["defense_cfg"]
+    if dict(st.query_params) != params:
+        st.query_params.from_dict(params)
+
+
 def main() -> None:
     st.set_page_config(page_title="privbench leaderboard", layout="wide", initial_sidebar_state="auto")
     head = st.columns([7, 4, 5], vertical_alignment="bottom")  # one row: the table starts high on the screen
@@ -437,6 +464,7 @@ def main() -> None:
             st.info("the results database holds no complete runs yet: run `privbench run --suite quick`")
             return
         board = board_from_frames(data["metrics"], data["utility"], data["guarantees"], data["runs"])
+        _from_url(board)
         name = head[1].selectbox("track", board.names, key="track", format_func=lambda n: board.groups[n].title())
         page = head[2].radio("page", PAGES, horizontal=True, key="page", label_visibility="collapsed")
         if page == "Ranking":
@@ -445,6 +473,7 @@ def main() -> None:
             view_defense(board.groups[name], board, data["engine"])
         else:
             view_all(data)
+        _to_url(name, page)
         st.text(f"database: {db} (read-only)")
     finally:
         data["engine"].dispose()

@@ -832,9 +832,27 @@ def test_export_agrees_with_the_app_cell_by_cell(tracks_db, monkeypatch, tmp_pat
         assert [list(r.values()) for r in group["display"]] == app_frame.values.tolist()
         assert [r["config_id"] for r in group["ranking"]] == board.groups[name].ranking["config_id"].tolist()
         for cid in group["configs"]:
-            assert (out / "defense" / f"{cid}.html").is_file()
+            assert 'polyline class="roc"' in (out / "defense" / f"{cid}.html").read_text()  # ROC curves drawn
     quick = next(g for g in data["groups"] if g["name"] == "quick")
     lora = next(r for r in quick["ranking"] if r["defense"] == "lora")
     assert lora["tpr"] == pytest.approx(0.3) and lora["retained"] == pytest.approx(0.8) and lora["rank"] == 1
     assert (out / quick["spec"]).is_file() and json.loads((out / quick["spec"]).read_text())["$schema"]
     assert main(["board", "export", "--out", str(tmp_path / "x"), "--db", str(tmp_path / "none.db")]) != 0
+
+
+def test_ranking_and_defense_pages_have_urls(tracks_db, monkeypatch):
+    board = _board(tracks_db)
+    lora = board.groups["canaries"].ranking
+    cid = lora[lora["defense"] == "lora"]["config_id"].iloc[0]
+    at = _app(tracks_db, monkeypatch, page=None)
+    at.query_params["track"] = "canaries"
+    at.query_params["page"] = "defense"
+    at.query_params["config"] = cid
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="track").value == "canaries" and at.radio(key="page").value == "Defense page"
+    assert dict(_df(at, "", "value").values.tolist())["defense label"] == "lora"
+    # the URL follows the page shown
+    at.selectbox(key="track").set_value("quick").run()
+    at.radio(key="page").set_value("Ranking").run()
+    assert dict(at.query_params) == {"track": "quick", "page": "ranking"}
