@@ -465,7 +465,8 @@ def main() -> None:
             return
         board = board_from_frames(data["metrics"], data["utility"], data["guarantees"], data["runs"])
         _from_url(board)
-        name = head[1].selectbox("track", board.names, key="track", format_func=lambda n: board.groups[n].title())
+        name = head[1].selectbox("track", board.names, key="track", format_func=lambda n: board.groups[n].title(),
+                                 disabled=st.session_state.get("page") == "All results")  # browses every run
         page = head[2].radio("page", PAGES, horizontal=True, key="page", label_visibility="collapsed")
         if page == "Ranking":
             view_ranking(board.groups[name])

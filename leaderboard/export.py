@@ -33,7 +33,7 @@ from leaderboard.queries import read_only_engine, roc_points, roc_summary, score
 __all__ = ["export_board", "export_db", "group_slug"]
 
 CSS = """
-body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5rem auto;max-width:1320px;color:#222;
+body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5rem auto;max-width:1340px;color:#222;
 padding:0 1rem;line-height:1.4}
 h1{margin-bottom:.2rem}h2{margin-top:2.2rem;border-bottom:1px solid #ddd;padding-bottom:.2rem}
 table{border-collapse:collapse;font-size:13px;margin:.5rem 0}
@@ -41,7 +41,8 @@ th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f4f4f4}tr.anchor td{background:#fafafa;color:#555}
 .note{color:#555;font-size:13px;max-width:1200px}.meta{color:#444;font-size:14px}
 nav a{margin-right:1rem}code,pre{background:#f6f6f6;padding:2px 4px;white-space:pre-wrap;word-break:break-all}
-details{margin:.5rem 0}td.num{text-align:right;font-variant-numeric:tabular-nums}
+details{margin:.5rem 0}table.ranking td{white-space:nowrap;font-variant-numeric:tabular-nums}
+table.ranking td:nth-child(2),table.ranking td:nth-child(3){white-space:normal}
 """
 
 
