@@ -14,7 +14,8 @@ import pandas as pd
 from sqlalchemy.engine import Engine
 
 from leaderboard.aggregate import (
-    KEYS, SELECTION_BIAS, display_ranking, latest_per_seed, group_table, per_attack_table, run_groups, track_ranking, world_groups,
+    KEYS, SELECTION_BIAS, display_ranking, group_table, latest_per_seed, per_attack_table, run_groups, track_ranking,
+    world_groups,
 )
 from leaderboard.queries import check_schema, guarantee_frame, metric_frame, run_frame, utility_frame
 

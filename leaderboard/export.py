@@ -6,7 +6,8 @@ Writes, from the same frames the Streamlit app shows (leaderboard.board):
   ``aggregate.display_ranking``, verbatim — the selection-bias note, the per-attack view and the headline plot as
   inline SVG; the ranking rule. No script and no external resource: it opens offline, from disk.
 * ``defense/<id>.html``: one page per configuration — facts, games × attacks tables (AUC, TPR at 1% FPR), ROC
-  curves (inline SVG) and their summary for the headline game, recomputed from the stored scores, utility rows, guarantees, command and versions.
+  curves (inline SVG) and their summary for the headline game, recomputed from the stored scores, utility rows,
+  guarantees, command and versions.
 * ``specs/<group>.vl.json``: the Vega-Lite spec of each headline plot (the app's Altair chart, data inline).
 * ``board.json``: the data behind all of it (ranking frames with every numeric column, the displayed cells, the
   per-attack view, plot points, per-configuration details).

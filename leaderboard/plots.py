@@ -39,7 +39,8 @@ def headline_points(ranking: pd.DataFrame) -> pd.DataFrame:
         r[c] = r[c].astype(float).where(np.isfinite(r[c].astype(float)), r[c.rsplit("_", 1)[0]].astype(float))
     clip = lambda s: s.astype(float).clip(lower=TPR_FLOOR, upper=1.0)  # noqa: E731
     r["tpr_plot"], r["tpr_low_plot"], r["tpr_high_plot"] = clip(r["tpr"]), clip(r["tpr_low"]), clip(r["tpr_high"])
-    r["rank"] = [("anchor" if k == "anchor" else (str(int(x)) if x == x else "—")) for k, x in zip(r["kind"], r["rank"])]
+    r["rank"] = [("anchor" if k == "anchor" else (str(int(x)) if x == x else "—"))
+                 for k, x in zip(r["kind"], r["rank"])]
     return r[cols].reset_index(drop=True)
 
 
@@ -120,8 +121,8 @@ def _panel_svg(points: pd.DataFrame, key: str, ytitle: str, log: bool, chance: f
                    f'<text x="{sx(t):.1f}" y="{_M["t"] + ph + 16}" text-anchor="middle" font-size="11">'
                    f'{_fmt_tick(round(t, 6))}</text>')
         t += step
-    out.append(f'<line x1="{x0 + _M["l"]:.1f}" x2="{x0 + _M["l"] + pw:.1f}" y1="{sy(chance):.1f}" y2="{sy(chance):.1f}" '
-               f'stroke="gray" stroke-dasharray="4 4"/>')
+    out.append(f'<line x1="{x0 + _M["l"]:.1f}" x2="{x0 + _M["l"] + pw:.1f}" y1="{sy(chance):.1f}" '
+               f'y2="{sy(chance):.1f}" stroke="gray" stroke-dasharray="4 4"/>')
     out.append(f'<text x="{x0 + _M["l"] + pw / 2:.1f}" y="{_H - 8}" text-anchor="middle" font-size="12">'
                f'utility retained (none = 0, finetune = 1)</text>')
     out.append(f'<text transform="translate({x0 + 14:.1f},{_M["t"] + ph / 2:.1f}) rotate(-90)" text-anchor="middle" '
@@ -157,7 +158,8 @@ def _panel_svg(points: pd.DataFrame, key: str, ytitle: str, log: bool, chance: f
 def headline_svg(points: pd.DataFrame, title: str = "") -> str:
     """The headline plot as a standalone inline SVG element (no script, no external resource)."""
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * _W}" height="{_H}" viewBox="0 0 {2 * _W} {_H}" '
-             f'role="img" font-family="sans-serif"><title>{html.escape(title or "privacy vs utility retained")}</title>']
+             f'role="img" font-family="sans-serif">'
+             f'<title>{html.escape(title or "privacy vs utility retained")}</title>']
     for i, (key, ytitle, log, chance) in enumerate(PANELS):
         parts += _panel_svg(points, key, ytitle, log, chance, i * _W)
     parts.append("</svg>")

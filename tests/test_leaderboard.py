@@ -509,7 +509,8 @@ TRACK_PARAMS = {"none": {}, "finetune": {"lr": 0.002, "epochs": 4.0, "batch_size
                 "lora": {"lr": 0.003, "epochs": 4.0, "r": 8, "target_modules": ["dense"]},
                 "dp-eps8": {"epsilon": 8.0, "clip": 0.1, "method": "full", "lr": None, "delta": None},
                 "twin": {"lr": 0.001}, "weak": {"lr": 0.0001}, "nout": {"lr": 0.01}, HOSTILE: {"note": HOSTILE}}
-TRACK_PLUGIN = {"none": ("none", "1.0.0"), "dp-eps8": ("dp_adapt", "0.2.0"), "twin": ("finetune", "0.1.0"), HOSTILE: ("hostile", "9")}
+TRACK_PLUGIN = {"none": ("none", "1.0.0"), "dp-eps8": ("dp_adapt", "0.2.0"), "twin": ("finetune", "0.1.0"),
+                HOSTILE: ("hostile", "9")}
 # the order the ranking rule gives (see test_track_ranking_follows_the_rule for the derivation)
 TRACK_ORDER = ["finetune", "lora", "twin", "dp-eps8", "none", HOSTILE, "weak", "nout"]
 TRACK_RANKS = ["anchor", "1", "2", "3", "anchor", "4", "5", "—"]
@@ -697,7 +698,8 @@ def test_track_ranking_follows_the_rule(tracks_db):
 
 def test_display_and_params_summary():
     from leaderboard.aggregate import params_summary
-    assert params_summary(json.dumps({"lr": 0.002, "epochs": 4.0, "r": 8, "batch_size": 16})) == "lr 2e-3 · 4 ep · r 8"
+    summary = params_summary(json.dumps({"lr": 0.002, "epochs": 4.0, "r": 8, "batch_size": 16}))
+    assert summary == "lr 2e-3 · 4 ep · r 8"
     assert params_summary("{}") == "—" and params_summary({"epsilon": float("inf")}) == "ε ∞"
     long = {f"p{i}": i for i in range(8)}
     assert params_summary(long).endswith(" · …") and params_summary(long).count("·") == 5
@@ -738,7 +740,8 @@ def test_first_screen_is_the_default_tracks_ranking(tracks_db, monkeypatch):
     assert not any("alert(1)" in t for t in texts)
     # another track
     at.selectbox(key="track").set_value("canaries").run()
-    assert _df(at, "rank", "utility retained [95% CI]")["defense"].tolist() == ["finetune 0.1.0", "lora 0.1.0", "none 1.0.0"]
+    assert _df(at, "rank", "utility retained [95% CI]")["defense"].tolist() == \
+        ["finetune 0.1.0", "lora 0.1.0", "none 1.0.0"]
     assert tracks_db.read_bytes() == before
 
 
