@@ -305,6 +305,34 @@ def show(
         typer.echo(format_rows(rows, fmt))
 
 
+# ---------------------------------------------------------------------- the board (leaderboard export)
+
+board_app = typer.Typer(help="The leaderboard: one ranking per track, a page per defense configuration. "
+                             "`streamlit run leaderboard/app.py` serves it; `privbench board export` writes it as "
+                             "static files.", no_args_is_help=True)
+app.add_typer(board_app, name="board")
+
+
+@board_app.command("export")
+def board_export(
+    out: str = typer.Option(..., "--out", "-o", help="Directory to write index.html, board.json, defense/ and "
+                                                     "specs/ into (created if missing)."),
+    db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP + " Opened read-only."),
+) -> None:
+    """Write the leaderboard as static files: index.html (ranked tables and plots per track, viewable offline),
+    a page per defense configuration, the Vega-Lite specs of the plots and board.json with the data behind them."""
+    from leaderboard.export import export_db
+    from leaderboard.queries import LeaderboardError
+
+    try:
+        data = export_db(db, out)
+    except LeaderboardError as exc:
+        raise PrivbenchError(str(exc).replace("`-- --db PATH` to streamlit", "--db PATH")) from None
+    n = sum(len(g["display"]) for g in data["groups"])
+    typer.echo(f"wrote {out}/index.html and {out}/board.json: {len(data['groups'])} group(s) "
+               f"({', '.join(g['name'] for g in data['groups']) or 'none'}), {n} configuration(s)")
+
+
 # ---------------------------------------------------------------------- submitting plugins and the regression gate
 
 class CheckFailed(PrivbenchError):

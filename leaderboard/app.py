@@ -3,7 +3,12 @@
 Reads the results database read-only (SQLite URI ``mode=ro``) through leaderboard.queries, never imports
 plugin code, and shows every plugin-supplied string (task, model, defense and attack names, parameters,
 configs) only through st.dataframe / st.text / st.code / widget options, never as markdown or HTML.
-Conventions for seeds, worst cases, CIs and the Pareto front: leaderboard/aggregate.py.
+
+Pages: **Ranking** (the first screen: one track at a time, its ranked table, the selection-bias note, the
+per-attack view and the headline privacy–utility plot), **Defense page** (one configuration: games × attacks
+heatmaps, ROC curves, utility rows, guarantees, command and versions) and **All results** (every stored row,
+with filters). The Ranking and Defense pages show leaderboard.board, the very frames `privbench board export`
+writes. Conventions for seeds, worst cases, CIs, the ranking rule and the Pareto front: leaderboard/aggregate.py.
 """
 
 from __future__ import annotations
@@ -21,17 +26,23 @@ import streamlit as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from leaderboard.aggregate import (  # noqa: E402
-    BASELINES, KEYS, attack_breakdown, config_label, export_bytes, latest_per_seed, leaderboard_table,
-    pareto_front,
+    BASELINES, GAME_ORDER, KEYS, RANKING_RULE, attack_breakdown, config_label, export_bytes, game_attack_grid,
+    latest_per_seed, leaderboard_table, pareto_front,
 )
+from leaderboard.board import Board, Group, board_from_frames  # noqa: E402
+from leaderboard.plots import headline_chart, headline_points, heatmap_chart, roc_chart  # noqa: E402
 from leaderboard.queries import (  # noqa: E402
     LeaderboardError, check_schema, guarantee_frame, metric_frame, read_only_engine, roc_points, roc_summary,
     run_frame, scores_frame, utility_frame,
 )
 
-GAME_ORDER = ["pretrain", "adapt", "joint/fresh", "joint/seen", "joint/both", "post_adapt", "null"]
+PAGES = ["Ranking", "Defense page", "All results"]
 VIEWS = ["Leaderboard", "Privacy–utility", "ROC curves", "Per-attack breakdown", "Provenance"]
 EPSILON = "guarantee: epsilon"
+# first-screen column widths: the ranked table fits 1366 px wide without scrolling sideways
+RANKING_WIDTHS = {"rank": 58, "defense": 150, "parameters": 150, "TPR@1%FPR [95% CI]": 148, "AUC [95% CI]": 148,
+                  "worst attack": 120, "utility retained [95% CI]": 148, "guarantee": 80,
+                  "cost (train+attack)": 110, "seeds": 50}  # 1162 px: the 1366 px screen's wide layout holds 1184
 
 
 def _db_arg() -> str:
@@ -252,24 +263,137 @@ def view_provenance(runs: pd.DataFrame) -> None:
     st.code(cfg, language="json")
 
 
-def main() -> None:
-    st.set_page_config(page_title="privbench leaderboard", layout="wide")
-    st.title("privbench leaderboard")
-    db = _db_arg()
+# ---------------------------------------------------------------- ranking and defense pages
+
+
+def _open_defense_page() -> None:
+    """Callback of the "open the page of" picker: show that configuration on the Defense page."""
+    cid = st.session_state.get("open_cfg")
+    if cid:
+        st.session_state["defense_cfg"] = cid
+        st.session_state["page"] = "Defense page"
+        st.session_state["open_cfg"] = None
+
+
+def _cfg_label(group: Group, cid: str) -> str:
+    r = group.config(cid)
+    rank = "anchor" if r["anchor"] else (f"#{int(r['rank'])}" if r["rank"] == r["rank"] else "unranked")
+    return f"{rank} · {r['defense']} · {r['params_summary']}"
+
+
+def view_ranking(group: Group) -> None:
+    meta = group.meta
+    st.text(f"{group.title()} · task {meta['task']} · model {meta['model']} · headline game {group.game} · "
+            f"seeds {meta['seeds']} · {group.n_attacks} attacks" +
+            (f" · track hash {meta['track_hash']}" if meta["track_hash"] else ""))
+    if group.display.empty:
+        st.info("no configuration of this group has results")
+        return
+    st.dataframe(group.display, hide_index=True, width="stretch", key="ranking",
+                 column_config={c: st.column_config.TextColumn(c, width=w) for c, w in RANKING_WIDTHS.items()})
+    st.caption("Ranked by Pareto layer on (worst-case TPR at 1% FPR ↓, utility retained ↑), then utility retained; "
+               "anchors (none, finetune) are reference rows without a rank. Values: mean over seeds [95% CI, "
+               "Student-t over seeds]. The full rule is below the plot.")
+    st.caption(group.selection_bias())
+    ids = group.ranking["config_id"].tolist()
+    st.selectbox("open the page of", ids, index=None, key="open_cfg", placeholder="a defense configuration…",
+                 format_func=lambda cid: _cfg_label(group, cid), on_change=_open_defense_page)
+    with st.expander("Per-attack view: each attack's own TPR at 1% FPR and AUC on the headline game"):
+        st.dataframe(group.per_attack(), hide_index=True, width="stretch", key="per_attack")
+    st.subheader("Privacy vs utility retained")
+    pts = headline_points(group.ranking)
+    if pts.empty:
+        st.info("no configuration has both a privacy value and utility retained: nothing to plot")
+    else:
+        st.altair_chart(headline_chart(pts), key="headline_plot")
+        st.caption("Left: worst-case TPR at 1% FPR (log scale; below 0.001 drawn at 0.001; dashed: chance, "
+                   "TPR = FPR = 0.01). Right: worst-case AUC (dashed: chance 0.5). Bars: 95% CIs; squares: "
+                   "anchors; red: the Pareto front (layer 1) of the ranking.")
+    st.caption(RANKING_RULE)
+    _downloads(group.ranking, f"ranking_{group.name}", "dl_ranking")
+
+
+def view_defense(group: Group, board: Board, engine) -> None:
+    ids = group.ranking["config_id"].tolist()
+    if not ids:
+        st.info("no configuration of this group has results")
+        return
+    if st.session_state.get("defense_cfg") not in ids:
+        st.session_state.pop("defense_cfg", None)
+    cid = st.selectbox("defense configuration", ids, key="defense_cfg", format_func=lambda c: _cfg_label(group, c))
+    r = group.config(cid)
+    st.subheader("Defense page")
+    st.dataframe(group.facts(r), hide_index=True, width="stretch", key="dp_facts")
+    st.caption("Parameters (all, as stored):")
     try:
-        data = _load(db)
-    except LeaderboardError as exc:
-        st.error(f"cannot read the results database: {exc}")
-        return
-    except Exception as exc:  # the page must say what is wrong, never show a traceback
-        first = (str(getattr(exc, "orig", exc)).strip().splitlines() or [type(exc).__name__])[0]
-        st.error(f"cannot read the results database ({first}): pass a privbench results database with "
-                 "`-- --db PATH`")
-        return
-    st.text(f"database: {db} (read-only)")
-    if data["metrics"].empty:
-        st.info("the results database holds no complete runs yet: run `privbench run --suite quick`")
-        return
+        st.code(json.dumps(json.loads(r["params"]), indent=2, sort_keys=True), language="json")
+    except (TypeError, ValueError):
+        st.code(str(r["params"]))
+    rows = group.config_rows(r)
+
+    st.subheader("Games × attacks")
+    grid = game_attack_grid(rows)
+    st.caption("Mean over seeds of each attack's AUC and TPR at 1% FPR in every game of the track (the null game "
+               "is a control: it must stay near chance).")
+    if not grid.empty:
+        st.altair_chart(heatmap_chart(grid), key="dp_heatmap")
+        st.dataframe(grid, hide_index=True, width="stretch", key="dp_grid")
+
+    st.subheader("ROC curves")
+    games = [g for g in GAME_ORDER if g in set(rows["game"])] + sorted(set(rows["game"]) - set(GAME_ORDER))
+    game = st.selectbox("game", games, key="dp_roc_game", index=games.index(group.game) if group.game in games else 0)
+    evs = rows[rows["game"] == game][["evaluation_id", "attack", "seed"]].drop_duplicates()
+    attacks = st.multiselect("attacks (empty = all)", sorted(evs["attack"].unique()), key="dp_roc_attacks")
+    if attacks:
+        evs = evs[evs["attack"].isin(attacks)]
+    roc = roc_points(scores_frame(engine, evs["evaluation_id"].tolist())).merge(evs, on="evaluation_id")
+    if roc.empty:
+        st.info("no stored per-sample scores with both members and non-members for this selection")
+    else:
+        roc["curve"] = roc["attack"] + " (seed " + roc["seed"].astype(str) + ")"
+        st.altair_chart(roc_chart(roc), key="dp_roc")
+        stored = rows[rows["metric"] == "auc"][["evaluation_id", "value"]].rename(columns={"value": "stored AUC"})
+        summary = (evs.merge(roc_summary(roc), on="evaluation_id").merge(stored, on="evaluation_id", how="left")
+                   .sort_values(["attack", "seed"]).reset_index(drop=True))
+        st.caption("From the stored per-sample scores (sklearn roc_curve, higher score = member), log–log; per "
+                   "curve AUC and TPR at 1% FPR recomputed from the curve, next to the stored AUC.")
+        st.dataframe(summary, hide_index=True, width="stretch", key="dp_roc_summary")
+
+    st.subheader("Utility")
+    util = group.config_utility(r)
+    if util.empty:
+        st.info("no utility rows stored for this configuration")
+    else:
+        st.caption("Per seed, as stored: held-out loss and perplexity, utility retained and the gains behind it "
+                   "(dataset 'retained'), training seconds.")
+        st.dataframe(util, hide_index=True, width="stretch", key="dp_utility")
+
+    st.subheader("Guarantees")
+    gts = group.config_guarantees(r)
+    if gts.empty:
+        st.info("no formal guarantee stored for this configuration")
+    else:
+        st.dataframe(gts, hide_index=True, width="stretch", key="dp_guarantees")
+
+    st.subheader("Provenance")
+    runs = board.runs[board.runs["run"].isin([int(x) for x in str(r["runs"]).split(", ") if x])]
+    st.caption("The exact command behind this configuration's results:")
+    for cmd in sorted(set(runs["command"].astype(str))):
+        st.code(cmd, language="bash")
+    versions = {}
+    for v in runs["plugin_versions"]:
+        try:
+            versions.update(json.loads(v))
+        except (TypeError, ValueError):
+            pass
+    st.dataframe(runs[["run", "suite", "code_version", "config_hash", "started_at", "finished_at", "submitter",
+                       "verified"]].reset_index(drop=True), hide_index=True, width="stretch", key="dp_runs")
+    st.caption("Plugin versions of those runs:")
+    st.code(json.dumps(versions, indent=2, sort_keys=True), language="json")
+
+
+def view_all(data: dict) -> None:
+    """Every stored row of every complete run, with filters: the database browser."""
     f = _filters(data["metrics"])
     metrics = _apply(data["metrics"], f)
     games = f["game"] or _games(data["metrics"])
@@ -290,7 +414,70 @@ def main() -> None:
         view_breakdown(table, metrics)
     else:
         view_provenance(data["runs"])
-    data["engine"].dispose()
+
+
+PAGE_SLUGS = {"Ranking": "ranking", "Defense page": "defense", "All results": "all"}
+
+
+def _from_url(board: Board) -> None:
+    """On a session's first run, take track, page and configuration from the URL (``?track=quick&page=defense
+    &config=<id>``), so a ranking or a defense page can be linked to."""
+    if st.session_state.get("_url_read"):
+        return
+    st.session_state["_url_read"] = True
+    qp = st.query_params
+    if qp.get("track") in board.groups and "track" not in st.session_state:
+        st.session_state["track"] = qp["track"]
+    pages = {v: k for k, v in PAGE_SLUGS.items()}
+    if qp.get("page") in pages and "page" not in st.session_state:
+        st.session_state["page"] = pages[qp["page"]]
+    if qp.get("config") and "defense_cfg" not in st.session_state:
+        st.session_state["defense_cfg"] = qp["config"]
+
+
+def _to_url(track: str, page: str) -> None:
+    params = {"track": track, "page": PAGE_SLUGS[page]}
+    if page == "Defense page" and st.session_state.get("defense_cfg"):
+        params["config"] = st.session_state["defense_cfg"]
+    if dict(st.query_params) != params:
+        st.query_params.from_dict(params)
+
+
+def main() -> None:
+    st.set_page_config(page_title="privbench leaderboard", layout="wide", initial_sidebar_state="auto")
+    head = st.columns([7, 4, 5], vertical_alignment="bottom")  # one row: the table starts high on the screen
+    head[0].title("privbench leaderboard")
+    db = _db_arg()
+    try:
+        data = _load(db)
+    except LeaderboardError as exc:
+        st.error(f"cannot read the results database: {exc}")
+        return
+    except Exception as exc:  # the page must say what is wrong, never show a traceback
+        first = (str(getattr(exc, "orig", exc)).strip().splitlines() or [type(exc).__name__])[0]
+        st.error(f"cannot read the results database ({first}): pass a privbench results database with "
+                 "`-- --db PATH`")
+        return
+    try:
+        if data["metrics"].empty:
+            st.text(f"database: {db} (read-only)")
+            st.info("the results database holds no complete runs yet: run `privbench run --suite quick`")
+            return
+        board = board_from_frames(data["metrics"], data["utility"], data["guarantees"], data["runs"])
+        _from_url(board)
+        name = head[1].selectbox("track", board.names, key="track", format_func=lambda n: board.groups[n].title(),
+                                 disabled=st.session_state.get("page") == "All results")  # browses every run
+        page = head[2].radio("page", PAGES, horizontal=True, key="page", label_visibility="collapsed")
+        if page == "Ranking":
+            view_ranking(board.groups[name])
+        elif page == "Defense page":
+            view_defense(board.groups[name], board, data["engine"])
+        else:
+            view_all(data)
+        _to_url(name, page)
+        st.text(f"database: {db} (read-only)")
+    finally:
+        data["engine"].dispose()
 
 
 main()

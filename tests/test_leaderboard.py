@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import itertools
 import json
+import re
 import sqlite3
 from pathlib import Path
 
@@ -88,10 +89,15 @@ def db(tmp_path_factory):
     return path, written
 
 
-def _app(db_path: Path, monkeypatch):
+def _app(db_path: Path, monkeypatch, page: str | None = "All results"):
+    """The app on ``db_path``; by default on its "All results" page (the database browser), where the tests of
+    every stored row look. ``page=None`` opens the first screen (the ranking)."""
     from streamlit.testing.v1 import AppTest
     monkeypatch.setenv("PRIVBENCH_DB", str(db_path))
-    return AppTest.from_file(str(APP), default_timeout=60)
+    at = AppTest.from_file(str(APP), default_timeout=60)
+    if page is not None:
+        at.session_state["page"] = page
+    return at
 
 
 def _table(at) -> pd.DataFrame:
@@ -489,3 +495,367 @@ def test_breakdown_ci_follows_the_same_rule():
     assert (bd.loc["null", "ci_low"], bd.loc["null", "ci_high"]) == (0.45, 0.59)
     assert bd.loc["null", "ci_kind"] == "stored per-seed CI (1 seed)"
     assert bd.loc["adapt", "n_pos"] == 50
+
+
+# ---------------------------------------------------------------- the board: one ranking per track
+
+TRACK_AUC = {"none": 0.50, "finetune": 0.95, "lora": 0.80, "dp-eps8": 0.60, "twin": 0.55, "weak": 0.70,
+             "nout": 0.65, HOSTILE: 0.62}
+TRACK_TPR = {"none": 0.02, "finetune": 0.90, "lora": 0.30, "dp-eps8": 0.05, "twin": 0.05, "weak": 0.35,
+             "nout": 0.10, HOSTILE: 0.40}
+TRACK_RETAINED = {"none": 0.0, "finetune": 1.0, "lora": 0.8, "dp-eps8": 0.4, "twin": 0.4, "weak": 0.3,
+                  "nout": None, HOSTILE: 0.35}
+TRACK_PARAMS = {"none": {}, "finetune": {"lr": 0.002, "epochs": 4.0, "batch_size": 16},
+                "lora": {"lr": 0.003, "epochs": 4.0, "r": 8, "target_modules": ["dense"]},
+                "dp-eps8": {"epsilon": 8.0, "clip": 0.1, "method": "full", "lr": None, "delta": None},
+                "twin": {"lr": 0.001}, "weak": {"lr": 0.0001}, "nout": {"lr": 0.01}, HOSTILE: {"note": HOSTILE}}
+TRACK_PLUGIN = {"none": ("none", "1.0.0"), "dp-eps8": ("dp_adapt", "0.2.0"), "twin": ("finetune", "0.1.0"),
+                HOSTILE: ("hostile", "9")}
+# the order the ranking rule gives (see test_track_ranking_follows_the_rule for the derivation)
+TRACK_ORDER = ["finetune", "lora", "twin", "dp-eps8", "none", HOSTILE, "weak", "nout"]
+TRACK_RANKS = ["anchor", "1", "2", "3", "anchor", "4", "5", "—"]
+SEED_D = {0: -0.01, 1: 0.01}
+
+
+def _write_track_run(store: Store, key: str, *, track: dict | None, suite: str, defenses: list[str], task: str,
+                     seeds=(0, 1), status: str = "complete") -> int:
+    entries = [{"label": d, "name": TRACK_PLUGIN.get(d, (d, ""))[0], "params": TRACK_PARAMS[d],
+                "version": TRACK_PLUGIN.get(d, (d, "0.1.0"))[1]} for d in defenses]
+    config = {"name": suite, "defenses": entries, "seeds": list(seeds)}
+    if track is not None:
+        config["track"] = track
+    run_id, _ = store.begin_run(run_key=key, suite=suite, config=config, config_hash=f"h-{key}", code_version="v2.0",
+                                plugin_versions={"defense:finetune": "0.1.0", "defense:none": "1.0.0",
+                                                 "defense:lora": "0.1.0"},
+                                seeds=list(seeds), hardware={}, command=f"privbench run --suite {suite}")
+    labels = [1] * 10 + [0] * 10
+    for d, seed in itertools.product(defenses, seeds):
+        common = dict(task=task, model="nano", defense=d, seed=seed)
+        for game, attack in itertools.product(("adapt", "null"), ("loss", "zlib")):
+            lose = 0.0 if attack == "loss" else -0.02  # loss is the worst case of both metrics
+            base_auc, base_tpr = (TRACK_AUC[d], TRACK_TPR[d]) if game == "adapt" else (0.5, 0.03)  # null: chance
+            auc = base_auc + lose + SEED_D[seed]
+            tpr = base_tpr + lose + SEED_D[seed]
+            store.write_evaluation(run_id, f"{d}-{seed}-{game}-{attack}", defense_params=TRACK_PARAMS[d], game=game,
+                                   attack=attack, attack_params={}, world_key=f"w{seed}",
+                                   target_ids=[f"t{i}" for i in range(20)], labels=labels,
+                                   scores=[float((i * 7 + seed) % 11) + (i < 10) for i in range(20)],
+                                   metrics=[MetricRow("auc", auc, auc - 0.05, auc + 0.05, 10, 10),
+                                            MetricRow("tpr@1%fpr", tpr, max(tpr - 0.1, 0), tpr + 0.1, 10, 10)],
+                                   duration_s=0.25, **common)
+        store.write_utility(run_id, f"a-{d}-{seed}", role="adapted", dataset="heldout",
+                            values={"loss": 3.0, "train_seconds": 10.0 * (1 + seed)}, n_tokens=100, **common)
+        if TRACK_RETAINED[d] is not None:
+            store.write_utility(run_id, f"r-{d}-{seed}", role="adapted", dataset="retained",
+                                values={"utility_retained": TRACK_RETAINED[d] + 2 * SEED_D[seed] * (d not in
+                                                                                                    ANCHORS),
+                                        "gain_nats": 0.5, "finetune_gain_nats": 0.8}, n_tokens=100, **common)
+        if d == "dp-eps8":
+            store.write_guarantee(run_id, name="epsilon", value=7.5 + seed, details={"delta": 1e-5}, **common)
+    store.finish_run(run_id, status=status, duration_s=1.0)
+    return run_id
+
+
+ANCHORS = ("none", "finetune")
+
+
+def _populate_tracks(path: Path) -> None:
+    """Runs on tracks: an older version of `quick` (other hash), `quick` itself with anchors, five defenses (one
+    without utility retained, one hostile), `canaries` with its anchors, a suite without a track, and two runs
+    that never finished (one of a newer version of `quick`)."""
+    store = Store(str(path))
+    _write_track_run(store, "quick-old", track={"name": "quick", "hash": "q-old", "headline_game": "adapt"},
+                     suite="quick", defenses=["none", "finetune"], task="wiki")
+    _write_track_run(store, "quick", track={"name": "quick", "hash": "q-new", "headline_game": "adapt"},
+                     suite="quick", defenses=["none", "finetune", "lora", "dp-eps8", "twin", "weak", "nout", HOSTILE],
+                     task="wiki")
+    _write_track_run(store, "canaries", track={"name": "canaries", "hash": "c1", "headline_game": "adapt"},
+                     suite="canaries_suite", defenses=["none", "finetune", "lora"], task="canaries-x3")
+    _write_track_run(store, "adhoc", track=None, suite="adhoc", defenses=["finetune", "weak"], task="wiki", seeds=(0,))
+    _write_track_run(store, "broken", track={"name": "users", "hash": "u1", "headline_game": "adapt"},
+                     suite="users", defenses=["none"], task="users", status="failed")
+    _write_track_run(store, "quick-next", track={"name": "quick", "hash": "q-next", "headline_game": "adapt"},
+                     suite="quick", defenses=["none"], task="wiki", status="failed")
+    store.close()
+
+
+@pytest.fixture(scope="module")
+def tracks_db(tmp_path_factory):
+    path = tmp_path_factory.mktemp("tracks") / "results.db"
+    _populate_tracks(path)
+    return path
+
+
+def _df(at, *columns: str) -> pd.DataFrame:
+    """The first shown dataframe that has these columns (dataframes carry no key in AppTest)."""
+    for d in at.dataframe:
+        if all(c in d.value.columns for c in columns):
+            return d.value
+    raise KeyError(columns)
+
+
+def _board(path: Path):
+    from leaderboard.board import load_board
+    from leaderboard.queries import read_only_engine
+    engine = read_only_engine(str(path))
+    try:
+        return load_board(engine)
+    finally:
+        engine.dispose()
+
+
+def test_runs_are_grouped_by_track_then_suite(tracks_db):
+    board = _board(tracks_db)
+    # tracks first, quick first; an older hash of a track is its own group; failed runs are not shown (nor does
+    # the newer hash of a failed run take the track's name)
+    assert board.names == ["quick", "canaries", "quick@q-old", "adhoc"]
+    assert board.default() == "quick"
+    assert [board.groups[n].kind for n in board.names] == ["track", "track", "track", "suite"]
+    quick = board.groups["quick"]
+    assert quick.meta["track_hash"] == "q-new" and quick.game == "adapt" and quick.meta["seeds"] == "0, 1"
+    assert set(quick.ranking["defense"]) == set(TRACK_ORDER)
+    # the rows of the old hash never mix into the current track's numbers
+    assert set(board.groups["quick@q-old"].ranking["defense"]) == {"none", "finetune"}
+    assert set(quick.ranking["runs"]) == {"2"}
+    assert set(board.groups["canaries"].ranking["task"]) == {"canaries-x3"}
+    # a suite named like a track would not be confused with it; a suite with two worlds is split per world
+    from leaderboard.aggregate import run_groups, world_groups
+    runs = pd.DataFrame({"run": [1, 2], "suite": ["quick", "mix"],
+                         "config": [json.dumps({"track": {"name": "quick", "hash": "x"}}), json.dumps({})]})
+    groups = run_groups(pd.concat([runs, pd.DataFrame({"run": [3], "suite": ["quick"], "config": ["{}"]})]))
+    assert groups.set_index("run")["group"].to_dict() == {1: "quick", 2: "mix", 3: "quick (suite)"}
+    metrics = pd.DataFrame({"run": [2, 2, 1], "task": ["a", "b", "a"], "model": ["m", "m", "m"]})
+    worlds = world_groups(groups, metrics)
+    assert sorted(worlds["group"]) == ["mix · a · m", "mix · b · m", "quick"]
+
+
+def _layers_brute(points: list[tuple[float, float]]) -> list[int]:
+    """Non-dominated sorting by definition: risk minimised, utility maximised."""
+    left = set(range(len(points)))
+    layer, out = 0, [0] * len(points)
+    while left:
+        layer += 1
+        front = {i for i in left if not any(points[j][0] <= points[i][0] and points[j][1] >= points[i][1]
+                                             and points[j] != points[i] for j in left)}
+        for i in front:
+            out[i] = layer
+        left -= front
+    return out
+
+
+def test_pareto_layers_match_brute_force():
+    from leaderboard.aggregate import pareto_layers
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        n = int(rng.integers(1, 25))
+        pts = [(float(a), float(b)) for a, b in rng.integers(0, 5, size=(n, 2))]
+        assert pareto_layers([p[0] for p in pts], [p[1] for p in pts]).tolist() == _layers_brute(pts), pts
+    assert pareto_layers([0.1, np.nan, 0.2], [0.5, 0.9, np.nan]).tolist() == [1, 0, 0]
+
+
+def test_track_ranking_follows_the_rule(tracks_db):
+    board = _board(tracks_db)
+    r = board.groups["quick"].ranking
+    # privacy: the worst case (loss) on the headline game, mean over the two seeds; utility retained likewise
+    for row in r.to_dict("records"):
+        d = row["defense"]
+        assert row["tpr"] == pytest.approx(TRACK_TPR[d]) and row["auc"] == pytest.approx(TRACK_AUC[d])
+        assert row["tpr_attack"] == row["auc_attack"] == "loss" and row["n_attacks"] == 2
+        if TRACK_RETAINED[d] is None:
+            assert np.isnan(row["retained"])
+        else:
+            assert row["retained"] == pytest.approx(TRACK_RETAINED[d])
+        assert row["anchor"] == (d in ANCHORS) and row["n_seeds"] == 2
+    # layers by definition on (TPR ↓, retained ↑); nout has no utility retained: unranked
+    ranked = r[r["retained"].notna()]
+    brute = _layers_brute(list(zip(ranked["tpr"], ranked["retained"])))
+    assert ranked["pareto_layer"].astype(int).tolist() == brute
+    layer = dict(zip(r["defense"], r["pareto_layer"]))
+    assert layer["weak"] == 2 and layer[HOSTILE] == 2 and np.isnan(layer["nout"])  # lora dominates both
+    assert {d for d, v in layer.items() if v == 1} == {"none", "finetune", "lora", "dp-eps8", "twin"}
+    # order: layer, then utility retained (higher first), then AUC (twin 0.55 before dp-eps8 0.60 at equal TPR
+    # and utility); anchors take no rank number; the unranked row comes last
+    assert r["defense"].tolist() == TRACK_ORDER
+    assert [("anchor" if a else ("—" if k != k else str(int(k)))) for a, k in zip(r["anchor"], r["rank"])] == \
+        TRACK_RANKS
+    # utility retained CI: Student-t over the two seeds, as seed_interval computes it
+    lora = r[r["defense"] == "lora"].iloc[0]
+    x = np.array([0.8 - 0.02, 0.8 + 0.02])
+    assert (lora["retained_low"], lora["retained_high"]) == pytest.approx(
+        stats.t.interval(0.95, 1, loc=x.mean(), scale=stats.sem(x)))
+    # TPR CI: the same rule for the worst-case attack's per-seed values
+    t = np.array([0.3 - 0.01, 0.3 + 0.01])
+    assert (lora["tpr_low"], lora["tpr_high"]) == pytest.approx(stats.t.interval(0.95, 1, loc=t.mean(),
+                                                                                 scale=stats.sem(t)))
+    # plugin name and version from the run's config; guarantee, cost
+    dp = r[r["defense"] == "dp-eps8"].iloc[0]
+    assert (dp["name"], dp["version"]) == ("dp_adapt", "0.2.0")
+    assert json.loads(dp["guarantees"]) == {"epsilon": pytest.approx(8.0)} and dp["guarantee"] == "ε 8"
+    assert dp["train_seconds"] == pytest.approx(15.0)  # mean of 10 and 20 s
+    assert dp["attack_seconds"] == pytest.approx(4 * 0.25)  # 2 games × 2 attacks per seed
+    assert dp["params_summary"] == "full · ε 8 · clip 0.1"  # unset values and plumbing left out
+
+
+def test_display_and_params_summary():
+    from leaderboard.aggregate import params_summary
+    summary = params_summary(json.dumps({"lr": 0.002, "epochs": 4.0, "r": 8, "batch_size": 16}))
+    assert summary == "lr 2e-3 · 4 ep · r 8"
+    assert params_summary("{}") == "—" and params_summary({"epsilon": float("inf")}) == "ε ∞"
+    long = {f"p{i}": i for i in range(8)}
+    assert params_summary(long).endswith(" · …") and params_summary(long).count("·") == 5
+
+
+def test_display_ranking_cells(tracks_db):
+    board = _board(tracks_db)
+    shown = board.groups["quick"].display
+    from leaderboard.aggregate import DISPLAY_COLUMNS
+    assert list(shown.columns) == DISPLAY_COLUMNS
+    assert shown["rank"].tolist() == TRACK_RANKS
+    row = shown.set_index("rank").loc["1"]
+    assert row["defense"] == "lora 0.1.0" and row["parameters"] == "lr 3e-3 · 4 ep · r 8"
+    half = stats.t.ppf(0.975, 1) * np.std([0.29, 0.31], ddof=1) / np.sqrt(2)
+    assert row["TPR@1%FPR [95% CI]"] == f"0.300 [{0.3 - half:.3f}, {0.3 + half:.3f}]"
+    assert row["worst attack"] == "loss" and row["seeds"] == "2" and row["guarantee"] == "—"
+    assert row["cost (train+attack)"] == "15 s + 1.0 s"
+    assert shown.set_index("rank").loc["3", "defense"] == "dp-eps8 (dp_adapt 0.2.0)"
+    assert shown[shown["defense"].str.startswith("nout")]["utility retained [95% CI]"].tolist() == ["—"]
+
+
+def test_first_screen_is_the_default_tracks_ranking(tracks_db, monkeypatch):
+    before = tracks_db.read_bytes()
+    at = _app(tracks_db, monkeypatch, page=None).run()
+    assert not at.exception
+    assert at.selectbox(key="track").value == "quick"
+    assert at.selectbox(key="track").options[:2] == ["quick (track)", "canaries (track)"]
+    shown = _df(at, "rank", "utility retained [95% CI]")
+    board = _board(tracks_db)
+    pd.testing.assert_frame_equal(shown.reset_index(drop=True).astype(str), board.groups["quick"].display)
+    texts = _texts(at)
+    assert any("Selection bias" in t and "2 attacks" in t and "per-attack view" in t for t in texts)
+    assert any(t.startswith("Ranking rule:") for t in texts)
+    per_attack = _df(at, "loss (TPR · AUC)")
+    assert list(per_attack.columns) == ["defense", "parameters", "loss (TPR · AUC)", "zlib (TPR · AUC)"]
+    assert per_attack.iloc[1].tolist()[2:] == ["0.300 · 0.800", "0.280 · 0.780"]  # lora: each attack's own value
+    assert at.get("vega_lite_chart")  # the headline plot
+    assert not any("alert(1)" in t for t in texts)
+    # another track
+    at.selectbox(key="track").set_value("canaries").run()
+    assert _df(at, "rank", "utility retained [95% CI]")["defense"].tolist() == \
+        ["finetune 0.1.0", "lora 0.1.0", "none 1.0.0"]
+    assert tracks_db.read_bytes() == before
+
+
+def test_defense_page(tracks_db, monkeypatch):
+    at = _app(tracks_db, monkeypatch, page=None).run()
+    board = _board(tracks_db)
+    quick = board.groups["quick"]
+    cid = quick.ranking[quick.ranking["defense"] == "dp-eps8"]["config_id"].iloc[0]
+    at.selectbox(key="open_cfg").set_value(cid).run()  # "open the page of" switches to the defense page
+    assert not at.exception
+    assert at.radio(key="page").value == "Defense page" and at.selectbox(key="defense_cfg").value == cid
+    facts = dict(_df(at, "", "value").values.tolist())
+    assert facts["rank"] == "3" and facts["plugin"] == "dp_adapt 0.2.0" and facts["guarantee"] == "ε 8"
+    grid = _df(at, "game", "attack", "metric", "mean")
+    assert set(grid["game"]) == {"adapt", "null"} and set(grid["attack"]) == {"loss", "zlib"}
+    cell = grid[(grid.game == "adapt") & (grid.attack == "zlib") & (grid.metric == "AUC")]["mean"].iloc[0]
+    assert cell == pytest.approx(TRACK_AUC["dp-eps8"] - 0.02)
+    roc = _df(at, "AUC (from ROC)")
+    assert set(roc["attack"]) == {"loss", "zlib"} and set(roc["seed"]) == {0, 1}
+    util = _df(at, "seed", "role", "dataset")
+    assert set(util["dataset"]) == {"heldout", "retained"} and "utility_retained" in util
+    gts = _df(at, "seed", "name", "value", "details")
+    assert gts["value"].tolist() == [7.5, 8.5]
+    codes = [c.value for c in at.code]
+    assert "privbench run --suite quick" in codes and json.loads(codes[0])["epsilon"] == 8.0
+    # the hostile configuration's page shows its text as text
+    hid = quick.ranking[quick.ranking["defense"] == HOSTILE]["config_id"].iloc[0]
+    at.selectbox(key="defense_cfg").set_value(hid).run()
+    assert not at.exception
+    assert dict(_df(at, "", "value").values.tolist())["defense label"] == HOSTILE
+    assert not any("alert(1)" in t for t in _texts(at))
+
+
+class _Tables(__import__("html.parser").parser.HTMLParser):
+    """Cells (text) of every <table class="ranking"> under its section's data-group."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: dict[str, list[list[str]]] = {}
+        self.group = None
+        self.in_table = self.in_cell = False
+        self.row: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "section":
+            self.group = a.get("data-group")
+        elif tag == "table" and a.get("class") == "ranking":
+            self.in_table = True
+            self.tables[self.group] = []
+        elif self.in_table and tag == "tr":
+            self.row = []
+        elif self.in_table and tag in ("td", "th"):
+            self.in_cell = True
+            self.row.append("")
+
+    def handle_endtag(self, tag):
+        if tag == "table":
+            self.in_table = False
+        elif self.in_table and tag == "tr":
+            self.tables[self.group].append(self.row)
+        elif tag in ("td", "th"):
+            self.in_cell = False
+
+    def handle_data(self, data):
+        if self.in_table and self.in_cell:
+            self.row[-1] += data
+
+
+def test_export_agrees_with_the_app_cell_by_cell(tracks_db, monkeypatch, tmp_path):
+    from bench.cli import main
+    out = tmp_path / "board"
+    assert main(["board", "export", "--out", str(out), "--db", str(tracks_db)]) == 0
+    page = (out / "index.html").read_text()
+    # offline: no script, nothing loaded from elsewhere (the only URL is the SVG namespace, which loads nothing)
+    assert "<script" not in page.lower() and not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", page)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    parser = _Tables()
+    parser.feed(page)
+    data = json.loads((out / "board.json").read_text())
+    board = _board(tracks_db)
+    assert list(parser.tables) == board.names == [g["name"] for g in data["groups"]]
+    at = _app(tracks_db, monkeypatch, page=None).run()
+    for name in board.names:
+        at.selectbox(key="track").set_value(name).run()
+        app_frame = _df(at, "rank", "utility retained [95% CI]").astype(str)
+        header, *cells = parser.tables[name]
+        assert header == list(app_frame.columns)
+        assert cells == app_frame.values.tolist()  # the HTML table is the app's table, cell by cell
+        group = next(g for g in data["groups"] if g["name"] == name)
+        assert [list(r.values()) for r in group["display"]] == app_frame.values.tolist()
+        assert [r["config_id"] for r in group["ranking"]] == board.groups[name].ranking["config_id"].tolist()
+        for cid in group["configs"]:
+            assert 'polyline class="roc"' in (out / "defense" / f"{cid}.html").read_text()  # ROC curves drawn
+    quick = next(g for g in data["groups"] if g["name"] == "quick")
+    lora = next(r for r in quick["ranking"] if r["defense"] == "lora")
+    assert lora["tpr"] == pytest.approx(0.3) and lora["retained"] == pytest.approx(0.8) and lora["rank"] == 1
+    assert (out / quick["spec"]).is_file() and json.loads((out / quick["spec"]).read_text())["$schema"]
+    assert main(["board", "export", "--out", str(tmp_path / "x"), "--db", str(tmp_path / "none.db")]) != 0
+
+
+def test_ranking_and_defense_pages_have_urls(tracks_db, monkeypatch):
+    board = _board(tracks_db)
+    lora = board.groups["canaries"].ranking
+    cid = lora[lora["defense"] == "lora"]["config_id"].iloc[0]
+    at = _app(tracks_db, monkeypatch, page=None)
+    at.query_params["track"] = "canaries"
+    at.query_params["page"] = "defense"
+    at.query_params["config"] = cid
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="track").value == "canaries" and at.radio(key="page").value == "Defense page"
+    assert dict(_df(at, "", "value").values.tolist())["defense label"] == "lora"
+    # the URL follows the page shown
+    at.selectbox(key="track").set_value("quick").run()
+    at.radio(key="page").set_value("Ranking").run()
+    assert dict(at.query_params) == {"track": "quick", "page": "ranking"}

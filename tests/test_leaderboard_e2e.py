@@ -1,9 +1,11 @@
-"""End to end: `streamlit run leaderboard/app.py` in a subprocess, driven by real headless Chromium.
+"""End to end: `streamlit run leaderboard/app.py` in a subprocess, driven by real headless Chromium at 1366×768,
+and the static export (`privbench board export`) opened from disk in the same browser.
 
 Uses Debian's /usr/bin/chromium and /usr/bin/chromedriver, passed explicitly (Service(executable_path=...),
 options.binary_location), so Selenium Manager never runs and nothing is downloaded. Skips only when the
 browser or its driver is absent (CI installs them: `apt-get install chromium chromium-driver`).
-Screenshots go to $PRIVBENCH_E2E_ARTIFACTS if set, else to pytest's tmp dir; their paths are printed.
+Screenshots go to $PRIVBENCH_E2E_ARTIFACTS if set, else to pytest's tmp dir; their paths are printed
+(`pytest -s` shows them).
 """
 
 from __future__ import annotations
@@ -77,7 +79,8 @@ def _add_hostile_run(path: Path) -> None:
 @pytest.fixture()
 def database(tmp_path) -> Path:
     """A copy of the repo's results.db (or the unit tests' toy database if the repo has none), plus one run
-    with hostile plugin text."""
+    with hostile plugin text and the unit tests' track runs (the `quick` track first, with a hostile defense)."""
+    from tests.test_leaderboard import _populate_tracks
     copy = tmp_path / "results.db"
     src = ROOT / "results.db"
     if src.exists():
@@ -86,6 +89,7 @@ def database(tmp_path) -> Path:
         from tests.test_leaderboard import _populate
         _populate(copy)
     _add_hostile_run(copy)
+    _populate_tracks(copy)
     return copy
 
 
@@ -118,7 +122,7 @@ def browser():
     opts = webdriver.ChromeOptions()
     opts.binary_location = str(CHROMIUM)
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1500,1100"):
+                "--window-size=1366,768"):
         opts.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=opts)
     driver.set_page_load_timeout(30)
@@ -134,7 +138,145 @@ def _artifacts(tmp_path: Path) -> Path:
     return out
 
 
-def test_leaderboard_in_a_real_browser(server, browser, tmp_path):
+TABLE_CELLS_JS = """
+const t = arguments[0];
+return Array.from(t.querySelectorAll('tr')).map(r => Array.from(r.querySelectorAll('th,td')).map(c => c.textContent));
+"""
+
+
+def _wait_for_chart(browser, wait, css: str = '[data-testid="stVegaLiteChart"]'):
+    from selenium.webdriver.common.by import By
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, f"{css} canvas, {css} svg"))
+    chart = browser.find_element(By.CSS_SELECTOR, css)
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", chart)
+    time.sleep(1.0)  # let vega finish drawing before the screenshot
+    return chart
+
+
+def _pick(browser, wait, label: str, needle: str) -> None:
+    """Open the selectbox labelled ``label`` and click the first option containing ``needle``."""
+    from selenium.webdriver.common.by import By
+    box = next(el for el in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stSelectbox"]') if label in el.text)
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", box)
+    box.find_element(By.TAG_NAME, "input").click()
+    option = wait.until(lambda d: next((o for o in d.find_elements(By.CSS_SELECTOR, '[role="option"]')
+                                        if needle in o.text), False))
+    option.click()
+
+
+def _ranking_cells(browser) -> list[list[str]]:
+    from selenium.webdriver.common.by import By
+    table = browser.find_element(By.CSS_SELECTOR, '[data-testid="stDataFrame"]')
+    return browser.execute_script(TABLE_CELLS_JS, table)
+
+
+def test_first_screen_ranking_plot_and_defense_page(server, browser, database, tmp_path):
+    """The default track's ranking fits 1366×768 without scrolling sideways; the plot draws; a defense page opens."""
+    from selenium.common.exceptions import NoAlertPresentException
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from leaderboard.aggregate import DISPLAY_COLUMNS
+    from tests.test_leaderboard import HOSTILE, TRACK_RANKS, _board
+
+    wait = WebDriverWait(browser, 40)
+    body = lambda: browser.find_element(By.TAG_NAME, "body").text  # noqa: E731
+    browser.get(server)
+    wait.until(lambda d: "Ranked by Pareto layer" in body())
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, '[data-testid="stDataFrame"] table tr')))
+    time.sleep(1.0)
+    first = body()
+    assert "privbench leaderboard" in first and "quick (track)" in first and "Selection bias" in first
+    cells = _ranking_cells(browser)
+    shown = _board(database).groups["quick"].display
+    assert cells[0] == DISPLAY_COLUMNS  # every ranking column is there
+    assert cells[1:] == shown.values.tolist() and [r[0] for r in cells[1:]] == TRACK_RANKS
+    # 1366×768: no horizontal scrolling, neither of the page nor of the table; the table starts on the first screen
+    geo = browser.execute_script("""
+        const e = document.querySelector('[data-testid="stDataFrame"]'); const r = e.getBoundingClientRect();
+        const s = e.querySelector('.dvn-scroller');
+        return {inner: window.innerWidth, innerH: window.innerHeight, page: document.documentElement.scrollWidth,
+                left: r.left, right: r.right, top: r.top, sw: s.scrollWidth, cw: s.clientWidth};""")
+    assert geo["page"] <= geo["inner"], geo
+    assert geo["sw"] <= geo["cw"] + 1, f"the ranking table scrolls sideways: {geo}"
+    assert 0 <= geo["left"] and geo["right"] <= geo["inner"] and geo["top"] < geo["innerH"] / 2, geo
+    out = _artifacts(tmp_path)
+    shots = [out / "board_first_screen.png"]
+    assert browser.save_screenshot(str(shots[-1]))
+
+    # the headline plot, below the table
+    _wait_for_chart(browser, wait)
+    shots.append(out / "board_plot.png")
+    assert browser.save_screenshot(str(shots[-1])) and shots[-1].stat().st_size > 10_000
+
+    # a defense page, opened from the ranking
+    _pick(browser, wait, "open the page of", "dp-eps8")
+    wait.until(lambda d: "Games × attacks" in body() and "Provenance" in body())
+    page = body()
+    assert "Defense page" in page and "dp_adapt 0.2.0" not in first
+    facts = _ranking_cells(browser)
+    assert ["plugin", "dp_adapt 0.2.0"] in facts and ["rank", "3"] in facts
+    _wait_for_chart(browser, wait)
+    shots.append(out / "board_defense_page.png")
+    assert browser.save_screenshot(str(shots[-1]))
+
+    # plugin text is shown verbatim as text: the configuration picker lists the hostile label as typed
+    picker = next(el for el in browser.find_elements(By.CSS_SELECTOR, '[data-testid="stSelectbox"]')
+                  if "defense configuration" in el.text)
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", picker)
+    picker.find_element(By.TAG_NAME, "input").click()
+    options = wait.until(lambda d: [o.text for o in d.find_elements(By.CSS_SELECTOR, '[role="option"]')] or False)
+    assert any(HOSTILE in o for o in options), options
+    picker.find_element(By.TAG_NAME, "input").send_keys(Keys.ESCAPE)
+    assert not browser.find_elements(By.XPATH, "//strong[contains(., 'bold')] | //b[contains(., 'bold')]")
+    assert not browser.find_elements(By.XPATH, "//script[contains(., 'alert(1)')]")
+    try:
+        alert = browser.switch_to.alert.text
+    except NoAlertPresentException:
+        alert = None
+    assert alert is None, f"plugin text ran as script: {alert}"
+    print("screenshots: " + " ".join(map(str, shots)))
+
+
+def test_export_renders_with_the_apps_top5(server, browser, database, tmp_path):
+    """`privbench board export` writes an index.html that renders in Chromium from disk (no network, no script)
+    with the same top-5 ranking as the app shows for the default track."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    from bench.cli import main
+
+    wait = WebDriverWait(browser, 40)
+    browser.get(server)
+    wait.until(lambda d: "Ranked by Pareto layer" in d.find_element(By.TAG_NAME, "body").text)
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, '[data-testid="stDataFrame"] table tr')))
+    time.sleep(1.0)
+    app_top5 = _ranking_cells(browser)[1:6]
+    assert len(app_top5) == 5
+
+    out = tmp_path / "board"
+    assert main(["board", "export", "--out", str(out), "--db", str(database)]) == 0
+    browser.get((out / "index.html").as_uri())
+    wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "section table.ranking")))
+    section = browser.find_element(By.CSS_SELECTOR, "section")  # the first group is the default track
+    assert section.get_attribute("data-group") == "quick"
+    cells = browser.execute_script(TABLE_CELLS_JS, section.find_element(By.CSS_SELECTOR, "table.ranking"))
+    assert cells[1:6] == app_top5
+    assert browser.execute_script("return document.documentElement.scrollWidth <= window.innerWidth")
+    assert section.find_elements(By.CSS_SELECTOR, "svg circle.point, svg rect.point")  # the plot, inline SVG
+    shot = _artifacts(tmp_path) / "board_export.png"
+    assert browser.save_screenshot(str(shot))
+    # a defense page of the export opens from its link
+    section.find_element(By.CSS_SELECTOR, "table.ranking tbody tr td a").click()
+    wait.until(lambda d: "Games × attacks" in d.find_element(By.TAG_NAME, "body").text)
+    print(f"screenshots: {shot}")
+
+
+def test_all_results_browser(server, browser, tmp_path):
+    """The database browser (All results page): filters change the table, ROC curves draw."""
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
@@ -148,6 +290,9 @@ def test_leaderboard_in_a_real_browser(server, browser, tmp_path):
         return lambda d: needle in body()
 
     browser.get(server)
+    wait.until(text_shown("Ranked by Pareto layer"))
+    wait.until(lambda d: next((lab for lab in d.find_elements(By.CSS_SELECTOR, '[data-testid="stRadio"] label')
+                               if lab.text.strip() == "All results"), False)).click()
     wait.until(text_shown("Defense configurations"))
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, '[data-testid="stDataFrame"]')))
     before = body()
@@ -189,6 +334,7 @@ def test_leaderboard_in_a_real_browser(server, browser, tmp_path):
                   if "defense configuration" in el.text)
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'});", picker)
     picker.find_element(By.TAG_NAME, "input").click()
+    picker.find_element(By.TAG_NAME, "input").send_keys("zz_hostile")  # the option list is long and virtualised
     options = wait.until(lambda d: [o.text for o in d.find_elements(By.CSS_SELECTOR, '[role="option"]')] or False)
     assert any(f"zz_hostile | micro | {HOSTILE} | " in o for o in options), options
     picker.find_element(By.TAG_NAME, "input").send_keys(Keys.ESCAPE)

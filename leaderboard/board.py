@@ -1,0 +1,155 @@
+"""The board: every group (track, or suite without a track) of a results database with its ranked table.
+
+One function, :func:`load_board`, turns a read-only engine into what both the Streamlit app (leaderboard/app.py)
+and the static export (leaderboard/export.py, ``privbench board export``) show, so the two cannot disagree. No
+plugin import: everything comes from the stored rows (leaderboard/queries.py) and pure pandas
+(leaderboard/aggregate.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+from sqlalchemy.engine import Engine
+
+from leaderboard.aggregate import (
+    KEYS, SELECTION_BIAS, display_ranking, group_table, latest_per_seed, per_attack_table, run_groups, track_ranking,
+    world_groups,
+)
+from leaderboard.queries import check_schema, guarantee_frame, metric_frame, run_frame, utility_frame
+
+__all__ = ["Group", "Board", "load_board", "board_from_frames"]
+
+
+@dataclass
+class Group:
+    """One ranked group: its metadata (a row of ``aggregate.group_table``), its rows and its tables."""
+
+    name: str
+    meta: dict
+    metrics: pd.DataFrame
+    utility: pd.DataFrame
+    guarantees: pd.DataFrame
+    ranking: pd.DataFrame          # aggregate.RANKING_COLUMNS, in rank order
+    display: pd.DataFrame          # aggregate.DISPLAY_COLUMNS, the same rows as text
+
+    @property
+    def kind(self) -> str:
+        return self.meta["kind"]
+
+    @property
+    def game(self) -> str:
+        return self.meta["headline_game"]
+
+    @property
+    def n_attacks(self) -> int:
+        n = self.ranking["n_attacks"].max() if not self.ranking.empty else 0
+        return int(n) if n == n else 0
+
+    def selection_bias(self) -> str:
+        return SELECTION_BIAS.format(n=self.n_attacks)
+
+    def per_attack(self) -> pd.DataFrame:
+        return per_attack_table(self.metrics, self.ranking, self.game)
+
+    def title(self) -> str:
+        what = "track" if self.kind == "track" else "suite without a track"
+        return f"{self.name} ({what})"
+
+    def config(self, config_id: str) -> pd.Series:
+        sel = self.ranking[self.ranking["config_id"] == config_id]
+        if sel.empty:
+            raise KeyError(f"no configuration {config_id!r} in {self.name!r}")
+        return sel.iloc[0]
+
+    def facts(self, cfg: pd.Series | dict) -> pd.DataFrame:
+        """The head of a defense page: rank, plugin, parameters, privacy, utility, guarantee, cost, provenance."""
+        r = cfg
+        rank = "anchor" if r["anchor"] else (str(int(r["rank"])) if r["rank"] == r["rank"] else "unranked")
+        disp = self.display.iloc[int(self.ranking.index[self.ranking["config_id"] == r["config_id"]][0])]
+        facts = [("group", self.title()), ("rank", rank),
+                 ("Pareto layer", "—" if r["pareto_layer"] != r["pareto_layer"] else str(int(r["pareto_layer"]))),
+                 ("defense label", r["defense"]), ("plugin", f"{r['name']} {r['version']}".strip()),
+                 ("parameters", r["params_summary"]), ("task", r["task"]), ("model", r["model"]),
+                 ("headline game", r["game"]),
+                 ("TPR@1%FPR [95% CI]", f"{disp['TPR@1%FPR [95% CI]']} (attack {r['tpr_attack']}; "
+                                        f"{r['tpr_ci_kind']})"),
+                 ("AUC [95% CI]", f"{disp['AUC [95% CI]']} (attack {r['auc_attack']}; {r['auc_ci_kind']})"),
+                 ("utility retained [95% CI]", disp["utility retained [95% CI]"]), ("guarantee", r["guarantee"]),
+                 ("cost (train + attack, mean per seed)", disp["cost (train+attack)"]), ("seeds", r["seeds"]),
+                 ("runs", r["runs"]), ("code version", r["code_version"])]
+        return pd.DataFrame(facts, columns=["", "value"]).astype(str)
+
+    def config_rows(self, cfg: pd.Series | dict) -> pd.DataFrame:
+        """The metric rows of one configuration, the latest run per seed (as ranked)."""
+        sel = pd.Series(True, index=self.metrics.index)
+        for k in KEYS:
+            sel &= self.metrics[k] == cfg[k]
+        return latest_per_seed(self.metrics[sel])
+
+    def _of_config(self, cfg: pd.Series | dict, frame: pd.DataFrame) -> pd.DataFrame:
+        """Rows of ``frame`` (utility, guarantees: keyed by run, task, model, defense label, seed) that belong to
+        the runs and seeds the configuration's ranked metric rows come from."""
+        if frame.empty:
+            return frame
+        runs = self.config_rows(cfg)[["run", "task", "model", "defense", "seed"]].drop_duplicates()
+        return frame.merge(runs, on=["run", "task", "model", "defense", "seed"], how="inner")
+
+    def config_utility(self, cfg: pd.Series | dict) -> pd.DataFrame:
+        """Per seed, role and dataset: every stored utility metric of the configuration (one column each)."""
+        u = self._of_config(cfg, self.utility)
+        if u.empty:
+            return pd.DataFrame(columns=["seed", "role", "dataset"])
+        wide = u.pivot_table(index=["seed", "role", "dataset"], columns="metric", values="value", aggfunc="mean")
+        wide.columns.name = None
+        return wide.reset_index()
+
+    def config_guarantees(self, cfg: pd.Series | dict) -> pd.DataFrame:
+        g = self._of_config(cfg, self.guarantees)
+        cols = ["seed", "name", "value", "details"]
+        return g[cols].sort_values(["name", "seed"]).reset_index(drop=True) if not g.empty \
+            else pd.DataFrame(columns=cols)
+
+
+@dataclass
+class Board:
+    groups: dict[str, Group] = field(default_factory=dict)   # in display order
+    runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self.groups)
+
+    def default(self) -> str | None:
+        return next(iter(self.groups), None)
+
+
+def _restrict(frame: pd.DataFrame, worlds: pd.DataFrame, group: str) -> pd.DataFrame:
+    keys = worlds[worlds["group"] == group][["run", "task", "model"]]
+    if frame.empty:
+        return frame
+    return frame.merge(keys, on=["run", "task", "model"], how="inner")
+
+
+def board_from_frames(metrics: pd.DataFrame, utility: pd.DataFrame, guarantees: pd.DataFrame,
+                      runs: pd.DataFrame) -> Board:
+    """The board from the four ``queries`` frames (pure pandas)."""
+    complete = runs[runs["status"] == "complete"] if "status" in runs else runs  # a failed run names no group
+    worlds = world_groups(run_groups(complete), metrics)
+    table = group_table(worlds, metrics)
+    board = Board(runs=runs)
+    for meta in table.to_dict("records"):
+        name = meta["group"]
+        m = _restrict(metrics, worlds, name)
+        u = _restrict(utility, worlds, name)
+        g = _restrict(guarantees, worlds, name)
+        ranking = track_ranking(m, u, g, runs, group=name, game=meta["headline_game"])
+        board.groups[name] = Group(name, meta, m, u, g, ranking, display_ranking(ranking))
+    return board
+
+
+def load_board(engine: Engine) -> Board:
+    """Read a results database (read-only engine from ``queries.read_only_engine``) into a :class:`Board`."""
+    check_schema(engine)
+    return board_from_frames(metric_frame(engine), utility_frame(engine), guarantee_frame(engine), run_frame(engine))
