@@ -41,26 +41,11 @@ from bench.game import AttackerView, Target
 from bench.lm import TOKEN_LOGPROBS, HFLanguageModel, RestrictedModel
 from bench.modeling import ModelSpec, build_scratch_model
 from bench.tokenizer import train_bpe_tokenizer
+from tests.worlds import WORDS as _WORDS, synthetic_corpus as _corpus
 
 MAX_LEN = 64
 ATOL = 1e-5
 CAPS = frozenset({TOKEN_LOGPROBS})
-
-_WORDS = ("the a an model data privacy attack member language token train test river mountain city "
-          "quickly slowly blue green seven apple network function return value house garden winter "
-          "summer reads writes under over between small large bright quiet").split()
-
-
-def _corpus(n: int = 200, seed: int = 0) -> list[str]:
-    """~200 short synthetic English sentences and Python snippets."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n // 2):
-        out.append(" ".join(rng.choice(_WORDS) for _ in range(rng.randint(4, 20))).capitalize() + ".")
-        out.append(f"def {rng.choice(_WORDS)}_{i}(x, y):\n    return x * {rng.randint(0, 99)} + y"
-                   f"  # {rng.choice(_WORDS)}\n")
-    return out
-
 
 def _targets(seed: int = 1) -> list[str]:
     """Seven texts of very different lengths: 1 token up to far beyond the 64-token context."""

@@ -113,3 +113,15 @@ def test_the_checker_sees_imports_inside_functions(tmp_path):
     f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import tasks.a\n"
                  "def g():\n    from attacks.b import c\n    import defenses.d\n")
     assert _imports(f) >= {"attacks.b", "defenses.d"} and "tasks.a" not in _imports(f)
+
+
+def test_no_test_module_imports_another():
+    """Shared fixtures and data live in helper modules (tests/worlds.py, tests/boards.py): importing a test module
+    from another runs its module-level code twice and couples unrelated tests."""
+    offenders = []
+    for path in sorted(Path(__file__).resolve().parent.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([node.module or ""] if isinstance(node, ast.ImportFrom)
+                     else [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            offenders += [f"{path.name}: {n}" for n in names if n.startswith("tests.test_")]
+    assert not offenders, offenders

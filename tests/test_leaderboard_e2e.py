@@ -80,16 +80,16 @@ def _add_hostile_run(path: Path) -> None:
 def database(tmp_path) -> Path:
     """A copy of the repo's results.db (or the unit tests' toy database if the repo has none), plus one run
     with hostile plugin text and the unit tests' track runs (the `quick` track first, with a hostile defense)."""
-    from tests.test_leaderboard import _populate_tracks
+    from tests.boards import populate_tracks
     copy = tmp_path / "results.db"
     src = ROOT / "results.db"
     if src.exists():
         shutil.copyfile(src, copy)
     else:
-        from tests.test_leaderboard import _populate
-        _populate(copy)
+        from tests.boards import populate_demo
+        populate_demo(copy)
     _add_hostile_run(copy)
-    _populate_tracks(copy)
+    populate_tracks(copy)
     return copy
 
 
@@ -179,7 +179,7 @@ def test_first_screen_ranking_plot_and_defense_page(server, browser, database, t
     from selenium.webdriver.support.ui import WebDriverWait
 
     from leaderboard.aggregate import DISPLAY_COLUMNS
-    from tests.test_leaderboard import HOSTILE, TRACK_RANKS, _board
+    from tests.boards import HOSTILE, TRACK_RANKS, board_of
 
     wait = WebDriverWait(browser, 40)
     body = lambda: browser.find_element(By.TAG_NAME, "body").text  # noqa: E731
@@ -190,7 +190,7 @@ def test_first_screen_ranking_plot_and_defense_page(server, browser, database, t
     first = body()
     assert "privbench leaderboard" in first and "quick (track)" in first and "Selection bias" in first
     cells = _ranking_cells(browser)
-    shown = _board(database).groups["quick"].display
+    shown = board_of(database).groups["quick"].display
     assert cells[0] == DISPLAY_COLUMNS  # every ranking column is there
     assert cells[1:] == shown.values.tolist() and [r[0] for r in cells[1:]] == TRACK_RANKS
     # 1366×768: no horizontal scrolling, neither of the page nor of the table; the table starts on the first screen

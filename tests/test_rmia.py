@@ -104,7 +104,7 @@ def tiny_world(tmp_path_factory):
     from bench.modeling import ModelSpec, build_scratch_model
     from bench.tokenizer import train_bpe_tokenizer
     from bench.training import train_causal_lm
-    from tests.test_attack_formulas import _corpus
+    from tests.worlds import synthetic_corpus as _corpus
 
     torch.set_num_threads(1)
     corpus = _corpus(240, seed=5)

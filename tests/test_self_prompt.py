@@ -24,7 +24,7 @@ from bench.metrics import roc_auc
 from bench.modeling import ModelSpec, build_scratch_model, load_model
 from bench.tokenizer import train_bpe_tokenizer
 from bench.training import train_causal_lm
-from tests.test_attack_formulas import _corpus
+from tests.worlds import synthetic_corpus as _corpus
 
 MAX_LEN = 64
 CAPS = frozenset({TOKEN_LOGPROBS, GENERATE})
