@@ -144,8 +144,17 @@ TABLE_NAMES = ("runs", "evaluations", "scores", "metrics", "utility", "guarantee
 
 
 # ------------------------------------------------------------------------------- rows a run writes
+class _Row:
+    """A row a job returns; ``fields()`` are the keyword arguments of the store's writer for its ``table``."""
+
+    table: str = ""
+
+    def fields(self) -> dict:
+        return asdict(self)
+
+
 @dataclass(frozen=True)
-class EvaluationRow:
+class EvaluationRow(_Row):
     """One scored (world, defense, game, attack) cell: every target's label and score, and its metric rows."""
 
     eval_key: str
@@ -166,12 +175,9 @@ class EvaluationRow:
 
     table = "evaluations"
 
-    def fields(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class UtilityRow:
+class UtilityRow(_Row):
     """Utility values of one model on one dataset (held-out, out-of-domain, match, retained)."""
 
     utility_key: str
@@ -186,12 +192,9 @@ class UtilityRow:
 
     table = "utility"
 
-    def fields(self) -> dict:
-        return asdict(self)
-
 
 @dataclass(frozen=True)
-class GuaranteeRow:
+class GuaranteeRow(_Row):
     """A formal guarantee a defense reports for its θ′ (e.g. ε of DP-SGD); ``value`` None when undefined."""
 
     task: str
@@ -203,6 +206,3 @@ class GuaranteeRow:
     details: dict = field(default_factory=dict)
 
     table = "guarantees"
-
-    def fields(self) -> dict:
-        return asdict(self)

@@ -7,7 +7,7 @@ Walks the repository's text files (tracked, plus untracked ones git does not ign
 * a bare paper number: 000-004 standing alone as a word — "(002, 4.4)", "003 A.6", "001 Lemma 3.2", "004 B.6",
   "000's", "002 finds", "| 001 |". Parts of larger numbers (0.001, 1,000, 3,000,000, "100 000", "50 001") and
   quoted strings ("000") are not citations;
-* an absolute path beginning /work/ or /check/, or any path through "shared/seeds".
+* an absolute path into the build machine's work or check directory, or any path through the seeds folder.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_no_paper_numbers_or_machine_paths():
     "(003: 1000)",
     "Direction as in 000 Table 2",
     "value = the 99th percentile (000 Fig. 1(b), Table 4)",
-    "Source files are named as in `/work/shared/seeds/README.md`",
+    "Source files are named as in `" + "/wo" + "rk/shared/seeds/README.md`",
     "see /check/run.log",
     "002 finds that batch and per-example clipping and early stopping do not stop user inference",
     "\"documents kept per user (002 goes from 100 down to 10)\"",
@@ -101,7 +101,7 @@ def test_rules_catch(line):
     "about 4,000 characters, 3,000,000 characters per source",
     "Marek et al. 2026, appendix B.6; Ganesh et al. 2025, §5.2",
     "GUARD (anonymous preprint, 2025), appendix A.6",
-    "https://example.org/work/paper.pdf and ~/work/notes",
+    "https://example.org/" + "wo" + "rk/paper.pdf and ~/" + "wo" + "rk/notes",
     "3.0 * 1.001)",
     "a 001.5 ratio, 1 000,000 and 000,000 rows",
 ])
