@@ -1,6 +1,6 @@
 """Executors: run a plan's jobs in process (``local``) or as Ray tasks (``ray``); the driver writes every row.
 
-Both call the same job function (``Runner.run_job``) on the same jobs, so the
+Both call the same job functions (``bench.jobs.run_job``) on the same jobs, so the
 rows are the same whichever executor runs them. Workers share the artifact cache
 directory: artifacts are content-addressed, built in a private temporary
 directory, renamed into place under a per-artifact lock (bench/cache.py), and

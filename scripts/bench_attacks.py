@@ -128,13 +128,14 @@ def main() -> None:
     from functools import partial
 
     from bench.attacker_models import make_trainer
-    shadow_sets = {}                                             # as Runner._shadows builds them
+    from bench.keys import shadow_seed
+    shadow_sets = {}                                             # as bench/world.py Worlds builds them
     t0 = time.perf_counter()
     for which, start in (("base", base), ("reference", ref)):
         models = []
         for i, texts in enumerate(split["shadow"]):
             from bench.game import AdaptationData
-            path_key = ensure_adapted(cache, spec, start, defense, AdaptationData(texts), 10_000 + i, device,
+            path_key = ensure_adapted(cache, spec, start, defense, AdaptationData(texts), shadow_seed(i), device,
                                       progress=False)[:2]
             models.append(lm_of(path_key, spec, device, signals))
         shadow_sets[which] = ShadowSet(tuple(models), tuple(split["shadow"]), split["z"], which)
