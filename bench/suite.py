@@ -258,7 +258,7 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
                               f"{', '.join(x.label for x in defenses if not x.match)}")
     games = resolve_games(raw.get("games", "all"))
     world = validate_params(f"suite '{name}' world", WORLD_PARAMS, raw.get("world"))
-    known_a = all(getattr(t.instance, "known_pretraining_membership", False) for t in tasks)
+    known_a = all(t.instance.known_pretraining_membership for t in tasks)
     for spec in models:
         if spec.source == "hf" and not known_a:
             bad = [g.name for g in games if g.name not in ("adapt", "joint/fresh", "null")]
