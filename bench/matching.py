@@ -57,5 +57,11 @@ def pick(candidates: list[tuple[Any, float]], target: float) -> tuple[Any, float
     return min(candidates, key=lambda c: abs(c[1] - target))
 
 
+def brackets(losses: list[float], target: float) -> bool:
+    """Whether the grid's losses lie on both sides of the target: if not, the closest value sits at the grid's edge
+    and the defense is *not* at the target utility (a finer or wider grid is needed)."""
+    return min(losses) <= target <= max(losses)
+
+
 def candidate_params(match: dict, params: dict) -> list[dict]:
     return [{**params, match["param"]: _native(v)} for v in match["grid"]]

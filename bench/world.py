@@ -21,7 +21,7 @@ from bench.game import AdaptationData, Challenger, ShadowSet
 from bench.hashing import content_hash
 from bench.keys import match_key, scoring_fingerprint, shadow_seed
 from bench.lm import FINETUNE_REFERENCE, SHADOW_MODELS, HFLanguageModel, SignalCache
-from bench.matching import candidate_params, pick
+from bench.matching import brackets, candidate_params, pick
 from bench.modeling import ModelSpec, load_model
 from bench.registry import DEFENSES
 from bench.release import is_release, load_release
@@ -197,11 +197,17 @@ class Worlds:
             tried.append((params, inst, heldout_metrics(self.lm(path, key, spec), val)[0]["loss"]))
         best, loss = pick([(i, t[2]) for i, t in enumerate(tried)], target)
         params, inst, _ = tried[best]
+        bracketed = brackets([t[2] for t in tried], target)
+        if not bracketed:
+            self.log(f"defense '{d.label}': no {m['param']} in the grid reaches the target validation loss "
+                     f"{target:.3f} (closest {loss:.3f} at {params[m['param']]}): it is not at matched utility; "
+                     f"widen match.grid")
         row = dict(utility_key=match_key(inst.key, self.theta(ti, mi, seed, di)[1], m, seed),
                    task=self.suite.tasks[ti].label, model=spec.name, defense=d.label, seed=seed, role="adapted",
                    dataset="match", n_tokens=0,
                    values={"validation_loss": float(loss), "target_loss": float(target),
-                           f"chosen_{m['param']}": float(params[m["param"]])})
+                           f"chosen_{m['param']}": float(params[m["param"]]),
+                           "target_bracketed": float(bracketed)})
         return PluginEntry(d.label, d.name, params, inst, None), row
 
     def adapted(self, ti: int, mi: int, seed: int, di: int):

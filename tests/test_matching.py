@@ -31,6 +31,13 @@ def test_pick_is_closest_and_prefers_the_cheaper_on_ties():
     assert pick([(1, 5.0), (2, 3.0)], 4.0) == (1, 5.0)
 
 
+def test_a_target_outside_the_grid_is_not_a_match():
+    from bench.matching import brackets
+    assert brackets([5.0, 4.0, 3.5], 4.1) and brackets([5.0, 4.0], 4.0)
+    assert not brackets([6.8, 6.7, 6.5], 7.1)      # every grid value overshoots the target utility
+    assert not brackets([6.8, 6.7], 6.0)
+
+
 def test_match_is_validated():
     with pytest.raises(ConfigError, match="needs exactly one of target_loss"):
         _suite({"param": "epochs", "grid": [1]})
@@ -62,6 +69,7 @@ def test_runner_keeps_the_value_closest_to_the_target(cache, tmp_path):
     want = max(losses, key=losses.get)  # target 100 nats: the candidate with the higher loss is closer
     assert got["chosen_epochs"] == want
     assert got["validation_loss"] == pytest.approx(losses[want], rel=1e-5)
+    assert got["target_bracketed"] == 0.0   # no grid value reaches 100 nats: stored as not at matched utility
 
 
 def test_match_to_another_defense_is_validated():
