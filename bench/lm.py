@@ -118,6 +118,14 @@ class LanguageModel(ABC):
         return np.array([s.nll() for s in self.token_signals(texts)], dtype=np.float64)
 
 
+def _load_generations(shard: Path) -> dict[str, str]:
+    """A generation shard: a JSON object of generation key -> continuation (anything else is refused)."""
+    data = json.loads(shard.read_text(encoding="utf-8"))
+    if not (isinstance(data, dict) and all(isinstance(v, str) for v in data.values())):
+        raise ValueError(f"{shard.name} is not a generation shard")
+    return data
+
+
 class SignalCache:
     """Disk cache of :class:`TokenSignals`, keyed by (model fingerprint, text hash).
 
@@ -144,24 +152,26 @@ class SignalCache:
         """The signal cache of an artifact cache: ``<root>/signals``, plus its read-only roots' ``signals``."""
         return cls(cache.root / "signals", [r / "signals" for r in getattr(cache, "read_only_roots", ())])
 
-    def _scan(self, fp: str) -> None:
-        table = self._mem.setdefault(fp, {})
-        seen = self._seen.setdefault(fp, set())
+    def _read_shards(self, fp: str, pattern: str, seen: set[str], load, table: dict) -> None:
+        """Add every shard of model ``fp`` matching ``pattern`` not read before (read-only roots first, then our
+        own); a shard ``load`` refuses is never trusted: deleted from our root, skipped in a read-only one."""
         roots = [(r, False) for r in self.read_only] + ([(self.root, True)] if self.root is not None else [])
         for root, own in roots:
             if not (root / fp).is_dir():
                 continue
-            for shard in sorted((root / fp).glob("*.npz")):
+            for shard in sorted((root / fp).glob(pattern)):
                 if str(shard) in seen:
                     continue
                 try:
-                    table.update(load_signals(shard))
-                    seen.add(str(shard))
-                except Exception:  # a corrupt shard is ignored and recomputed, never trusted
+                    table.update(load(shard))
+                except Exception:  # a corrupt shard is recomputed, never trusted
                     if own:
                         shard.unlink(missing_ok=True)
-                    else:
-                        seen.add(str(shard))  # not ours to delete: skipped from now on
+                        continue
+                seen.add(str(shard))  # read, or not ours to delete: skipped from now on
+
+    def _scan(self, fp: str) -> None:
+        self._read_shards(fp, "*.npz", self._seen.setdefault(fp, set()), load_signals, self._mem.setdefault(fp, {}))
 
     def _load(self, fp: str) -> dict[str, TokenSignals]:
         if fp not in self._mem:
@@ -178,25 +188,7 @@ class SignalCache:
     def _gen_table(self, fp: str) -> dict[str, str]:
         key = f"gen:{fp}"
         table = self._gen.setdefault(key, {})
-        seen = self._seen.setdefault(key, set())
-        roots = [(r, False) for r in self.read_only] + ([(self.root, True)] if self.root is not None else [])
-        for root, own in roots:
-            if not (root / fp).is_dir():
-                continue
-            for shard in sorted((root / fp).glob("gen-*.json")):
-                if str(shard) in seen:
-                    continue
-                try:
-                    data = json.loads(shard.read_text(encoding="utf-8"))
-                    if not (isinstance(data, dict) and all(isinstance(v, str) for v in data.values())):
-                        raise ValueError("not a generation shard")
-                    table.update(data)
-                    seen.add(str(shard))
-                except (OSError, ValueError):  # a damaged shard is regenerated, never trusted
-                    if own:
-                        shard.unlink(missing_ok=True)
-                    else:
-                        seen.add(str(shard))  # not ours to delete: skipped from now on
+        self._read_shards(fp, "gen-*.json", self._seen.setdefault(key, set()), _load_generations, table)
         return table
 
     def lookup_generations(self, fp: str, keys: Sequence[str]) -> dict[str, str]:

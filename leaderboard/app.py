@@ -211,18 +211,10 @@ def view_roc(table: pd.DataFrame, metrics: pd.DataFrame, engine, games: list[str
         return
     roc["curve"] = roc["attack"] + " (seed " + roc["seed"].astype(str) + ")"
     shown = roc[["attack", "seed", "evaluation_id", "fpr", "tpr", "threshold"]].reset_index(drop=True)
-    pos = roc[(roc["fpr"] > 0) & (roc["tpr"] > 0)]
     st.caption("From the stored per-sample scores (sklearn roc_curve, higher score = member). Log–log axes "
                "show the low-FPR regime; points with FPR = 0 or TPR = 0 cannot be drawn on log axes. "
                "Dashed: chance (TPR = FPR).")
-    lo = float(pos["fpr"].min()) if not pos.empty else 1e-3
-    chance = pd.DataFrame({"fpr": [lo, 1.0], "tpr": [lo, 1.0]})
-    curves = alt.Chart(pos).mark_line(interpolate="step-after").encode(
-        x=alt.X("fpr:Q", scale=alt.Scale(type="log"), title="false positive rate"),
-        y=alt.Y("tpr:Q", scale=alt.Scale(type="log"), title="true positive rate"),
-        color=alt.Color("curve:N", title="attack (seed)"), tooltip=["curve", "fpr", "tpr"])
-    diag = alt.Chart(chance).mark_line(strokeDash=[4, 4], color="gray").encode(x="fpr:Q", y="tpr:Q")
-    st.altair_chart(curves + diag, width="stretch")
+    st.altair_chart(roc_chart(roc), width="stretch")
     stored = rows[(rows["metric"] == "auc")][["evaluation_id", "value"]].rename(columns={"value": "stored AUC"})
     summary = (evs.merge(roc_summary(roc), on="evaluation_id").merge(stored, on="evaluation_id", how="left")
                .sort_values(["attack", "seed"]).reset_index(drop=True))
