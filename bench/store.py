@@ -77,7 +77,8 @@ DEFAULT_URL = "sqlite:///results.db"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 URL_HINT = "use sqlite:///path/to/results.db or a SQLAlchemy URL"
 
-_WRITE_OPTION = "privbench_write"  # execution option: this transaction writes
+_WRITE_OPTION = "privbench_write"
+_SCHEMA_LOCK = 0x70726976  # PostgreSQL advisory lock key taken while creating or migrating the schema  # execution option: this transaction writes
 
 T = TypeVar("T")
 
@@ -288,6 +289,10 @@ class Store:
                 if create:
                     conn = conn.execution_options(**{_WRITE_OPTION: True})
                     with conn.begin():
+                        if conn.dialect.name == "postgresql":
+                            # PostgreSQL has no file lock: writers opening an empty database at once would all
+                            # create the tables; a transaction-scoped advisory lock lets one create, the rest see it
+                            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
                         if migrate.check_current(conn, self.display_url) == "empty":
                             Base.metadata.create_all(conn)
                             migrate.stamp_head(conn)
@@ -308,6 +313,8 @@ class Store:
             with engine.connect() as conn:
                 conn = conn.execution_options(**{_WRITE_OPTION: True})
                 with conn.begin():
+                    if conn.dialect.name == "postgresql":
+                        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
                     self.upgraded = migrate.upgrade(conn, self.display_url)
 
     # -------------------------------------------------------- plumbing
