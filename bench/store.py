@@ -77,8 +77,8 @@ DEFAULT_URL = "sqlite:///results.db"
 SQLITE_BUSY_TIMEOUT_S = 30.0
 URL_HINT = "use sqlite:///path/to/results.db or a SQLAlchemy URL"
 
-_WRITE_OPTION = "privbench_write"
-_SCHEMA_LOCK = 0x70726976  # PostgreSQL advisory lock key taken while creating or migrating the schema  # execution option: this transaction writes
+_WRITE_OPTION = "privbench_write"  # execution option: this transaction writes
+_SCHEMA_LOCK = 0x70726976  # PostgreSQL advisory lock key taken while creating or migrating the schema
 
 T = TypeVar("T")
 
@@ -365,6 +365,12 @@ class Store:
             return StoreError(
                 f"cannot open {url} ({msg}): check that the directory exists and is writable"
             )
+        refused = ("authentication failed", "no pg_hba.conf entry", "access denied for user")
+        if any(r in low for r in refused) or ("role" in low and "does not exist" in low):
+            return StoreError(f"{url} refused the login ({msg}): check the user name and password in the URL")
+        if "connection refused" in low or ("no such file or directory" in low and "socket" in low):
+            return StoreError(f"no database server answers at {url} ({msg}): start the server, or fix the host, "
+                              "port or socket directory in the URL")
         if "readonly" in low or "read-only" in low:
             return StoreError(f"{url} is read-only (cannot {action}): use a writable file or URL")
         return StoreError(

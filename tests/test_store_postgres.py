@@ -163,7 +163,7 @@ def test_leaderboard_connection_cannot_write(pg_server):
         assert store.count_rows()["metrics"] == 2
 
 
-def test_unauthorised_and_unreachable_servers(pg_server, capsys):
+def test_unauthorised_and_unreachable_servers(pg_server, capsys, tmp_path, monkeypatch):
     url = pg_server.new_database()
     name = url.split("@/")[1].split("?")[0]
     wrong = pg_server.url(name, "intruder", "wrong-secret")
@@ -171,10 +171,16 @@ def test_unauthorised_and_unreachable_servers(pg_server, capsys):
         Store(wrong)
     assert "wrong-secret" not in str(info.value) and "\n" not in str(info.value)
     rc, out, err = _cli(capsys, "show", "--db", wrong)
-    assert rc == 2 and out == "" and err.count("\n") == 1 and "reachable" in err
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "check the user name and password" in err
     gone = f"postgresql+psycopg://privbench@/{name}?host={pg_server.root}/nowhere&port=5432"
     rc, _, err = _cli(capsys, "db", "upgrade", "--db", gone)
-    assert rc == 2 and err.count("\n") == 1 and "No such file or directory" in err
+    assert rc == 2 and err.count("\n") == 1 and "no database server answers" in err and "start the server" in err
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("PRIVBENCH_CACHE", str(cache))
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = _cli(capsys, "run", "--suite", "smoke", "--db", wrong)
+    assert rc == 2 and err.count("\n") == 1 and "refused the login" in err
+    assert not cache.exists() and sorted(p.name for p in tmp_path.iterdir()) == []
     # nothing was written by the refused attempts
     assert pg_server.sql("SELECT count(*) FROM pg_tables WHERE schemaname = 'public'", name) == [(0,)]
 
