@@ -166,3 +166,25 @@ def test_migrations_ship_as_package_data():
     needed += [str(p.relative_to(root / "bench")) for p in (root / "bench" / "migrations" / "versions").glob("*.py")]
     from fnmatch import fnmatch
     assert all(any(fnmatch(n, pat) for pat in data) for n in needed), (needed, data)
+
+
+def test_leaderboard_refuses_unversioned_and_newer_databases(old_db, tmp_path):
+    from leaderboard.queries import LeaderboardError, check_schema, read_only_engine
+    before = _dump(old_db)
+    engine = read_only_engine(str(old_db))
+    with pytest.raises(LeaderboardError, match=r"unversioned schema.*run `privbench db upgrade --db PATH` first"):
+        check_schema(engine)
+    engine.dispose()
+    assert _dump(old_db) == before and migrate.VERSION_TABLE not in _tables(old_db)
+    Store(str(old_db), create=False, upgrade=True).close()
+    engine = read_only_engine(str(old_db))
+    check_schema(engine)  # at head: shown
+    engine.dispose()
+    con = sqlite3.connect(old_db)
+    con.execute("UPDATE alembic_version SET version_num = '9999_future'")
+    con.commit()
+    con.close()
+    engine = read_only_engine(str(old_db))
+    with pytest.raises(LeaderboardError, match="newer than this privbench knows"):
+        check_schema(engine)
+    engine.dispose()
