@@ -188,3 +188,17 @@ def test_leaderboard_refuses_unversioned_and_newer_databases(old_db, tmp_path):
     with pytest.raises(LeaderboardError, match="newer than this privbench knows"):
         check_schema(engine)
     engine.dispose()
+
+
+def test_upgrade_of_the_shipped_results_db_keeps_every_row(tmp_path):
+    """The repo's results.db, as shipped before versioning: every table's rows survive `privbench db upgrade`."""
+    shipped = Path(__file__).parent.parent / "results.db"
+    if not shipped.exists() or migrate.VERSION_TABLE in _tables(shipped):
+        pytest.skip("no unversioned results.db in this checkout (tests/fixtures/schema_0_2_0.db covers the upgrade)")
+    copy = tmp_path / "results.db"
+    shutil.copyfile(shipped, copy)
+    before = _dump(copy)
+    with Store(str(copy), create=False, upgrade=True) as store:
+        assert store.upgraded == (None, migrate.head())
+        n_metric_rows = sum(len(store.metric_rows(r["id"])) for r in store.list_runs())
+    assert _dump(copy) == before and n_metric_rows == len(before["metrics"])
