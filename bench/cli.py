@@ -305,6 +305,27 @@ def show(
         typer.echo(format_rows(rows, fmt))
 
 
+# ---------------------------------------------------------------------- the database schema
+
+db_app = typer.Typer(help="The results database's schema: `privbench db upgrade` migrates an older database.",
+                     no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+
+@db_app.command("upgrade")
+def db_upgrade(db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP)) -> None:
+    """Migrate a results database to this privbench's schema (bench/migrations), in one transaction; databases
+    written before the schema was versioned are recognised by their tables and stamped at the baseline first."""
+    from bench.store import Store
+    store = Store(db, create=False, upgrade=True)
+    before, after = store.upgraded or (None, "")
+    store.close()
+    if before == after:
+        typer.echo(f"{store.display_url} is already at schema revision {after}")
+    else:
+        typer.echo(f"upgraded {store.display_url} from {before or 'unversioned'} to schema revision {after}")
+
+
 # ---------------------------------------------------------------------- the board (leaderboard export)
 
 board_app = typer.Typer(help="The leaderboard: one ranking per track, a page per defense configuration. "

@@ -54,6 +54,7 @@ from sqlalchemy.exc import (
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
+from bench import migrate
 from bench.errors import StoreError
 from bench.schema import (RUN_STATUSES, UTILITY_ROLES, Base, Evaluation, EvaluationRow, Guarantee, GuaranteeRow,
                           Metric, Run, Score, Utility, UtilityRow)
@@ -77,6 +78,7 @@ SQLITE_BUSY_TIMEOUT_S = 30.0
 URL_HINT = "use sqlite:///path/to/results.db or a SQLAlchemy URL"
 
 _WRITE_OPTION = "privbench_write"  # execution option: this transaction writes
+_SCHEMA_LOCK = 0x70726976  # PostgreSQL advisory lock key taken while creating or migrating the schema
 
 T = TypeVar("T")
 
@@ -207,7 +209,10 @@ def _metric_dict(row: Any, eval_key: str) -> dict[str, Any]:
 class Store:
     """The results database. Thread-safe for reads and writes; open one per process."""
 
-    def __init__(self, url: str = DEFAULT_URL, *, create: bool = True) -> None:
+    def __init__(self, url: str = DEFAULT_URL, *, create: bool = True, upgrade: bool = False) -> None:
+        """``create``: make the tables of an empty database. ``upgrade``: migrate an older schema to head
+        first (``privbench db upgrade``); ``upgraded`` then holds (from revision, to revision)."""
+        self.upgraded: tuple[str | None, str] | None = None
         self.url = _normalize_url(url)
         try:
             parsed = make_url(self.url)
@@ -269,26 +274,48 @@ class Store:
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
         try:
+            if upgrade:
+                self._upgrade(engine)
             self._open(engine, create)
         except BaseException:
             engine.dispose()
             raise
 
     def _open(self, engine: Engine, create: bool) -> None:
+        """Create an empty database at the schema's head revision, else require it to be at head
+        (bench/migrate.py): an older or newer schema is an error naming the fix, never a silent write."""
         with self._guard("open the database"):
             with engine.connect() as conn:
                 if create:
                     conn = conn.execution_options(**{_WRITE_OPTION: True})
                     with conn.begin():
-                        Base.metadata.create_all(conn)
+                        if conn.dialect.name == "postgresql":
+                            # PostgreSQL has no file lock: writers opening an empty database at once would all
+                            # create the tables; a transaction-scoped advisory lock lets one create, the rest see it
+                            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
+                        if migrate.check_current(conn, self.display_url) == "empty":
+                            Base.metadata.create_all(conn)
+                            migrate.stamp_head(conn)
                 else:
                     with conn.begin():
                         missing = [t for t in _TABLES if not inspect(conn).has_table(t)]
+                        if not missing:
+                            migrate.check_current(conn, self.display_url)
                     if missing:
                         raise StoreError(
                             f"{self.display_url} has no privbench tables ({', '.join(missing)} missing): "
                             "point at a results database written by `privbench run`"
                         )
+
+    def _upgrade(self, engine: Engine) -> None:
+        """Migrate to head in one write transaction: a failed migration leaves the old schema untouched."""
+        with self._guard("upgrade the database schema"):
+            with engine.connect() as conn:
+                conn = conn.execution_options(**{_WRITE_OPTION: True})
+                with conn.begin():
+                    if conn.dialect.name == "postgresql":
+                        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
+                    self.upgraded = migrate.upgrade(conn, self.display_url)
 
     # -------------------------------------------------------- plumbing
 
@@ -338,6 +365,12 @@ class Store:
             return StoreError(
                 f"cannot open {url} ({msg}): check that the directory exists and is writable"
             )
+        refused = ("authentication failed", "no pg_hba.conf entry", "access denied for user")
+        if any(r in low for r in refused) or ("role" in low and "does not exist" in low):
+            return StoreError(f"{url} refused the login ({msg}): check the user name and password in the URL")
+        if "connection refused" in low or ("no such file or directory" in low and "socket" in low):
+            return StoreError(f"no database server answers at {url} ({msg}): start the server, or fix the host, "
+                              "port or socket directory in the URL")
         if "readonly" in low or "read-only" in low:
             return StoreError(f"{url} is read-only (cannot {action}): use a writable file or URL")
         return StoreError(

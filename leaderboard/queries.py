@@ -67,6 +67,39 @@ def check_schema(engine: Engine) -> None:
     if missing:
         raise LeaderboardError(f"not a privbench results database (missing tables: {', '.join(missing)}): "
                                "pass a database written by `privbench run`")
+    _check_revision(engine)
+
+
+def _revisions() -> tuple[str | None, set[str]]:
+    """(head, every known revision) of the store's schema, read from the migration scripts next to this package
+    (bench/migrations) without importing bench: the page imports no privbench code beyond its own."""
+    from alembic.script import ScriptDirectory
+    where = Path(__file__).resolve().parent.parent / "bench" / "migrations"
+    if not where.is_dir():
+        return None, set()
+    scripts = ScriptDirectory(str(where))
+    return scripts.get_current_head(), {s.revision for s in scripts.walk_revisions()}
+
+
+def _check_revision(engine: Engine) -> None:
+    """Show only a database at this code's head revision (bench/migrate.py says why); the page cannot upgrade a
+    database itself, because it never writes."""
+    head, known = _revisions()
+    if head is None:
+        return
+    with engine.connect() as conn:
+        has_version = inspect(conn).has_table("alembic_version")
+        rev = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() if has_version else None
+    if rev == head:
+        return
+    shown = engine.url.render_as_string(hide_password=True)
+    db = shown if shown != "sqlite://" else "PATH"
+    if rev is not None and rev not in known:
+        raise LeaderboardError(f"the results database has schema revision {rev!r}, newer than this privbench knows: "
+                               "upgrade privbench (`pip install -U privbench`) to show it")
+    what = f"schema revision {rev!r}" if rev else "an unversioned schema (written before privbench versioned it)"
+    raise LeaderboardError(f"the results database has {what}, this privbench needs {head!r}: "
+                           f"run `privbench db upgrade --db {db}` first")
 
 
 def run_columns(engine: Engine) -> dict[str, str | None]:

@@ -15,6 +15,28 @@ def cache(tmp_path_factory):
     return ArtifactCache(tmp_path_factory.mktemp("cache"))
 
 
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL server for the session (tests/pg_server.py); skipped without the binaries unless CI."""
+    from tests.pg_server import PostgresServer, require_binaries
+    server = PostgresServer(require_binaries())
+    try:
+        server.start()
+    except Exception:
+        server.stop()
+        raise
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request, tmp_path):
+    """An empty results database: a SQLite file, and a database on the real PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'results.db'}"
+    return request.getfixturevalue("pg_server").new_database()
+
+
 # Test tiers, by module: `pytest -m unit` (no model trained, seconds), `-m integration` (tiny models trained in
 # process), `-m e2e` (the CLI in subprocesses, the sandbox, a browser, Ray). A module not listed is a unit module.
 E2E = {"test_smoke_suite", "test_leaderboard_e2e", "test_submit", "test_fault_injection", "test_executors",

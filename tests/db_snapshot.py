@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import sqlite3
 from pathlib import Path
 
@@ -74,3 +75,11 @@ def integrity_problems(db: str | Path) -> list[str]:
     problems += [f"run {i} left in status {s}" for i, s in q("SELECT id, status FROM runs WHERE status != 'complete'")]
     con.close()
     return problems
+
+
+def upgraded_copy(src: str | Path, dst: str | Path) -> Path:
+    """A copy of a shipped database (results.db, tests/baselines/smoke.db: written before the schema was
+    versioned) brought to the current schema with `privbench db upgrade`, so tests can open it."""
+    shutil.copyfile(src, dst)
+    Store(str(dst), create=False, upgrade=True).close()
+    return Path(dst)

@@ -16,6 +16,7 @@ from bench.cli import main
 from bench.compare import compare
 from bench.errors import ConfigError
 from bench.store import Store
+from tests.db_snapshot import upgraded_copy
 
 BASELINE = Path(__file__).parent / "baselines" / "smoke.db"
 
@@ -121,7 +122,8 @@ def test_cli_missing_and_invalid_db(tmp_path, capsys):
 
 def test_shipped_baseline_is_a_smoke_run(tmp_path):
     """tests/baselines/smoke.db holds one complete smoke run with every built-in cell of the smoke suite."""
-    with Store(str(BASELINE), create=False) as store:
+    baseline = upgraded_copy(BASELINE, tmp_path / "baseline.db")  # shipped before the schema was versioned
+    with Store(str(baseline), create=False) as store:
         (run,) = [r for r in store.list_runs() if r["status"] == "complete" and r["suite"] == "smoke"]
         rows = store.metric_rows(run["id"])
     cells = {(r["defense"], r["game"], r["attack"]) for r in rows if r["metric"] == "auc"}
@@ -129,8 +131,8 @@ def test_shipped_baseline_is_a_smoke_run(tmp_path):
     assert all(r["ci_low"] <= r["value"] <= r["ci_high"] for r in rows if r["metric"] == "auc")
     # the baseline compared with itself passes; the copy opened read-only is left untouched
     copy = tmp_path / "copy.db"
-    shutil.copy(BASELINE, copy)
+    shutil.copy(baseline, copy)
     before = copy.read_bytes()
-    assert compare(str(BASELINE), str(copy)).ok
+    assert compare(str(baseline), str(copy)).ok
     assert copy.read_bytes() == before
     assert sqlite3.connect(copy).execute("select count(*) from runs").fetchone()[0] >= 1

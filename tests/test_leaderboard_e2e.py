@@ -11,7 +11,6 @@ Screenshots go to $PRIVBENCH_E2E_ARTIFACTS if set, else to pytest's tmp dir; the
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -84,7 +83,8 @@ def database(tmp_path) -> Path:
     copy = tmp_path / "results.db"
     src = ROOT / "results.db"
     if src.exists():
-        shutil.copyfile(src, copy)
+        from tests.db_snapshot import upgraded_copy
+        upgraded_copy(src, copy)
     else:
         from tests.boards import populate_demo
         populate_demo(copy)

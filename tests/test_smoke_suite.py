@@ -151,9 +151,10 @@ def test_show_formats(smoke):
 
 # ---- regression gate (bench/compare.py): this module's smoke run against the shipped baseline --------------
 
-def test_smoke_matches_the_baseline(smoke):
+def test_smoke_matches_the_baseline(smoke, tmp_path):
     """`privbench compare --baseline tests/baselines/smoke.db` passes on a fresh smoke run (see its README)."""
-    baseline = Path(__file__).parent / "baselines" / "smoke.db"
+    from tests.db_snapshot import upgraded_copy
+    baseline = upgraded_copy(Path(__file__).parent / "baselines" / "smoke.db", tmp_path / "baseline.db")
     proc = privbench("compare", "--baseline", str(baseline), "--db", smoke["db"], "--suite", "smoke",
                      env=smoke["env"], cwd=smoke["root"])
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr

@@ -1,4 +1,6 @@
-"""Tests for bench.store: round trip, idempotence, transactions, lookups, errors, concurrency."""
+"""Tests for bench.store: round trip, idempotence, transactions, lookups, errors, concurrency, resume after a
+killed writer. Tests taking ``store`` or ``db_url`` run twice: on a SQLite file and on a real PostgreSQL server
+(tests/pg_server.py, fixtures in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -60,8 +62,8 @@ def evaluation(n: int = 100, *, seed: int = 0, attack: str = "loss", **over):
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = Store(f"sqlite:///{tmp_path / 'results.db'}")
+def store(db_url):
+    s = Store(db_url)
     yield s
     s.close()
 
@@ -176,7 +178,7 @@ def test_failure_inside_transaction_rolls_back(store, monkeypatch):
 
     def failing_insert(model):
         if model is mod.Metric:
-            raise sqlite3.OperationalError("disk I/O error")
+            raise store._dbapi_error("disk I/O error")  # the backend driver's own error class
         return real_insert(model)
 
     monkeypatch.setattr(mod, "insert", failing_insert)
@@ -283,7 +285,8 @@ def test_create_false_needs_an_existing_database(tmp_path):
         Store(str(tmp_path))
 
 
-def test_sqlite_uses_wal(store, tmp_path):
+def test_sqlite_uses_wal(tmp_path):
+    store = Store(f"sqlite:///{tmp_path / 'results.db'}")
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar().lower() == "wal"
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 30_000
@@ -291,6 +294,7 @@ def test_sqlite_uses_wal(store, tmp_path):
     raw = sqlite3.connect(tmp_path / "results.db")
     assert raw.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     raw.close()
+    store.close()
 
 
 def test_in_memory_store():
@@ -313,8 +317,8 @@ def _worker(url: str, run_id: int, worker: int) -> int:
     return written
 
 
-def test_concurrent_writers(tmp_path):
-    url = f"sqlite:///{tmp_path / 'shared.db'}"
+def test_concurrent_writers(db_url):
+    url = db_url
     store = Store(url)
     run_id = begin(store)
     ctx = multiprocessing.get_context("spawn")
@@ -328,3 +332,44 @@ def test_concurrent_writers(tmp_path):
     assert counts["metrics"] == 81 * 3
     keys = sorted(e["eval_key"] for e in store.evaluations(run_id))
     assert keys == sorted([f"w{w}-e{i}" for w in range(4) for i in range(20)] + ["shared"])
+
+
+def _killed_writer(url: str, run_id: int, ready) -> None:
+    """Write evaluations until killed; each write is one transaction, so a kill can only lose a whole one."""
+    store = Store(url, create=False)
+    for i in range(10_000):
+        store.write_evaluation(run_id, f"e{i}", **evaluation(200, seed=i))
+        if i == 2:
+            ready.set()
+
+
+def test_resume_after_a_killed_writer(db_url):
+    """SIGKILL a writer mid-run; the rerun resumes the run, skips what was stored and leaves no partial rows."""
+    import signal
+    import time
+
+    store = Store(db_url)
+    run_id = begin(store)
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    proc = ctx.Process(target=_killed_writer, args=(db_url, run_id, ready))
+    proc.start()
+    assert ready.wait(120), "the writer never wrote"
+    time.sleep(0.2)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(30)
+    assert proc.exitcode == -signal.SIGKILL
+    done = store.count_rows()["evaluations"]
+    assert 3 <= done < 10_000
+    # the killed run is still 'running'; rerunning resumes it
+    assert begin(store) == run_id and store.run_info(run_id)["status"] == "running"
+    written = sum(store.write_evaluation(run_id, f"e{i}", **evaluation(200, seed=i)) for i in range(done + 5))
+    assert written == 5
+    counts = store.count_rows()
+    assert counts["evaluations"] == done + 5
+    assert counts["scores"] == 200 * (done + 5) and counts["metrics"] == 3 * (done + 5)
+    # every stored evaluation is whole and equal to what a clean writer stores
+    for ev in store.evaluations(run_id):
+        i = int(ev["eval_key"][1:])
+        assert store.scores_for(ev["id"])[2] == evaluation(200, seed=i)["scores"]
+    store.close()

@@ -1,0 +1,157 @@
+"""Schema versions of the results store (Alembic): which revision a database is at, and bringing it to head.
+
+Why: every schema change used to strand the ``results.db`` files users already have. The migrations ship inside
+the package (``bench/migrations``) and are driven from code, so they work from an installed privbench without an
+``alembic.ini``. A database is in one of these states:
+
+* ``empty``: no privbench table; the store creates the tables and stamps them at head.
+* ``unversioned``: the six tables of privbench 0.2.0 and no ``alembic_version`` table (written before the schema
+  was versioned); ``privbench db upgrade`` stamps it at the baseline revision and upgrades from there.
+* ``older``: a known revision before head; ``privbench db upgrade`` upgrades it.
+* ``current``: at head.
+* ``newer``: a revision this code does not know (written by a newer privbench); only a newer privbench reads it.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import create_engine, inspect
+from sqlalchemy.engine import Connection
+
+from bench.errors import StoreError
+from bench.schema import TABLE_NAMES
+
+__all__ = ["BASELINE", "VERSION_TABLE", "head", "revision_of", "schema_state", "check_current", "stamp_head",
+           "upgrade", "upgrade_hint"]
+
+BASELINE = "0001_baseline"
+VERSION_TABLE = "alembic_version"
+SCRIPT_LOCATION = "bench:migrations"
+
+
+def _config(conn: Connection | None = None) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", SCRIPT_LOCATION)
+    if conn is not None:
+        cfg.attributes["connection"] = conn
+    return cfg
+
+
+@lru_cache(maxsize=1)
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(_config())
+
+
+def head() -> str:
+    """The revision this code writes and reads."""
+    rev = _scripts().get_current_head()
+    assert rev is not None, "bench/migrations has no revision"
+    return rev
+
+
+def _known(rev: str) -> bool:
+    try:
+        return _scripts().get_revision(rev) is not None
+    except Exception:  # alembic raises ResolutionError/CommandError for unknown ids
+        return False
+
+
+@lru_cache(maxsize=1)
+def _baseline_columns() -> dict[str, frozenset[str]]:
+    """The columns of every table at the baseline revision, read from running the baseline on an empty
+    in-memory database (not copied by hand, so it cannot drift from the migration)."""
+    engine = create_engine("sqlite://")
+    try:
+        with engine.begin() as conn:
+            command.upgrade(_config(conn), BASELINE)
+            insp = inspect(conn)
+            return {t: frozenset(c["name"] for c in insp.get_columns(t)) for t in TABLE_NAMES}
+    finally:
+        engine.dispose()
+
+
+def revision_of(conn: Connection) -> str | None:
+    """The revision stamped in the database, None when it has no ``alembic_version`` row."""
+    return MigrationContext.configure(conn).get_current_revision()
+
+
+def schema_state(conn: Connection) -> tuple[str, str | None]:
+    """(state, revision): state is empty, unversioned, older, current or newer (module docstring)."""
+    names = set(inspect(conn).get_table_names())
+    if VERSION_TABLE in names:
+        rev = revision_of(conn)
+        if rev is not None:
+            if rev == head():
+                return "current", rev
+            return ("older" if _known(rev) else "newer"), rev
+    present = [t for t in TABLE_NAMES if t in names]
+    if not present:
+        return "empty", None
+    return "unversioned", None
+
+
+def upgrade_hint(display_url: str) -> str:
+    return f"run `privbench db upgrade --db {display_url}`"
+
+
+def _newer(display_url: str, rev: str | None) -> StoreError:
+    return StoreError(
+        f"{display_url} has schema revision {rev!r}, newer than this privbench knows (head {head()!r}): "
+        "upgrade privbench (`pip install -U privbench`) to open it"
+    )
+
+
+def check_current(conn: Connection, display_url: str) -> str:
+    """Raise StoreError unless the database is empty or at head; return the state."""
+    state, rev = schema_state(conn)
+    if state in ("empty", "current"):
+        return state
+    if state == "newer":
+        raise _newer(display_url, rev)
+    what = (f"schema revision {rev!r}" if state == "older"
+            else "an unversioned schema (written before privbench versioned its schema)")
+    raise StoreError(f"{display_url} has {what}, this privbench needs {head()!r}: {upgrade_hint(display_url)}")
+
+
+def stamp_head(conn: Connection) -> None:
+    """Record that freshly created tables are at head."""
+    MigrationContext.configure(conn).stamp(_scripts(), "head")
+
+
+def _check_baseline(conn: Connection, display_url: str) -> None:
+    """An unversioned database must hold exactly the baseline's tables and columns before it is stamped."""
+    insp = inspect(conn)
+    names = set(insp.get_table_names())
+    missing = [t for t in TABLE_NAMES if t not in names]
+    if missing:
+        raise StoreError(f"{display_url} lacks the privbench tables {', '.join(missing)}: "
+                         "point at a results database written by `privbench run`")
+    for table, expected in _baseline_columns().items():
+        have = {c["name"] for c in insp.get_columns(table)}
+        if have != expected:
+            diff = sorted(expected ^ have)
+            raise StoreError(
+                f"{display_url}: table {table!r} differs from the baseline schema (columns {', '.join(diff)}), "
+                "so it cannot be stamped safely: open it with the privbench version that wrote it and export it"
+            )
+
+
+def upgrade(conn: Connection, display_url: str) -> tuple[str | None, str]:
+    """Bring the database on ``conn`` to head inside the caller's transaction; return (from, to).
+
+    ``from`` is None for an unversioned database (stamped at the baseline first) and for an empty one (every
+    migration runs, which creates the tables)."""
+    state, rev = schema_state(conn)
+    if state == "newer":
+        raise _newer(display_url, rev)
+    if state == "unversioned":
+        _check_baseline(conn, display_url)
+        MigrationContext.configure(conn).stamp(_scripts(), BASELINE)
+    if state != "current":
+        command.upgrade(_config(conn), "head")
+    return rev, head()
