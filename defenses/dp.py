@@ -41,6 +41,7 @@ so its own generator is None) takes the plain loader's generator; the vmap and
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
@@ -55,10 +56,13 @@ from bench.params import Param
 from bench.registry import register_defense
 from bench.release import Release, register_release
 
+log = logging.getLogger(__name__)
+
 METHODS = ("full", "head", "lora", "prefix")
 EPSILON_GRID = (0.1, 0.5, 1.0, 3.0, 8.0, math.inf)  # the privacy regimes of Marek et al. (2026)
 DEFAULT_LR = {"full": 1e-3, "head": 1e-3, "lora": 3e-3, "prefix": 1e-2}
 LORA_TARGETS = ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]
+GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost", "vmap")
 
 class _EpsilonParam(Param):
     """A float parameter that also accepts infinity (``inf``, ``.inf``): the ε = ∞ column of the grid."""
@@ -96,9 +100,10 @@ PARAMS = (
     Param("target_modules", list, LORA_TARGETS, "modules that get LoRA adapters", item_type=str),
     Param("prefix_length", int, 32, "prefix tuning: virtual tokens (Marek et al. 2026 use 64 with 256-token "
           "chunks; 32 keeps that prefix-to-chunk ratio of 1/4 for the 128-token chunks of the tiny models)", low=1),
-    Param("grad_sample_mode", str, "hooks", "per-record gradients: Opacus hooks or functorch, or one torch.func "
+    Param("grad_sample_mode", str, "hooks", "per-record gradients: Opacus hooks or functorch, Opacus' ghost "
+          "clipping (per-record norms without per-record gradients, two backward passes), or one torch.func "
           "vmap over the whole model (with Opacus' DPOptimizer and accountant)",
-          choices=("hooks", "functorch", "vmap")),
+          choices=GRAD_SAMPLE_MODES),
 )
 
 
@@ -146,6 +151,49 @@ def record_losses(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -
     return (lp * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
+class RecordLoss:
+    """``record_losses`` as a criterion for Opacus' ghost clipping (``DPLossFastGradientClipping``).
+
+    Opacus sets ``reduction = "none"`` to get the per-record losses, scales each by its clipping
+    coefficient and back-propagates their sum a second time; ``"mean"`` is the batch mean the other modes
+    back-propagate.
+    """
+
+    def __init__(self, reduction: str = "mean") -> None:
+        self.reduction = reduction
+
+    def __call__(self, logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        losses = record_losses(logits, ids, mask)
+        return losses if self.reduction == "none" else losses.mean() if self.reduction == "mean" else losses.sum()
+
+
+def _contiguous_embedding_inputs(model: torch.nn.Module) -> list:
+    """Make the ids entering every trainable ``nn.Embedding`` contiguous (forward pre-hooks; returns handles).
+
+    peft's prefix encoder looks up ``prefix_tokens.expand(batch, -1)``, an expanded view, and Opacus 1.6's
+    ghost norm for embeddings calls ``.view(-1, 1)`` on the ids, which fails on such a view. The copy is of
+    ``batch × prefix_length`` integers; Opacus' forward hook then records the contiguous ids.
+    """
+    def pre_hook(_module, args):
+        return tuple(a.contiguous() if torch.is_tensor(a) else a for a in args)
+
+    return [m.register_forward_pre_hook(pre_hook) for m in model.modules()
+            if isinstance(m, torch.nn.Embedding) and any(p.requires_grad for p in m.parameters(recurse=False))]
+
+
+def ghost_coverage(model: torch.nn.Module) -> dict[str, list[str]]:
+    """Which trainable modules Opacus' ghost clipping covers: ``ghost`` (Linear, Embedding: per-record norms
+    from activations and backprops alone) and ``per_record`` (every other layer, e.g. LayerNorm: Opacus
+    computes its per-record gradients and their norms, i.e. mixed ghost clipping). Both give exact norms."""
+    from opacus.grad_sample import GradSampleModuleFastGradientClipping as G
+    from opacus.utils.module_utils import trainable_modules
+
+    out: dict[str, list[str]] = {"ghost": [], "per_record": []}
+    for name, m in trainable_modules(model):
+        out["ghost" if type(m) in G.NORM_SAMPLERS else "per_record"].append(type(m).__name__)
+    return {k: sorted(set(v)) for k, v in out.items()}
+
+
 def trained_records(seqs: list[list[int]]) -> list[int]:
     """Indices of the records DP-SGD trains on: those with 2 or more tokens (a shorter one has no target).
 
@@ -189,7 +237,8 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)  # HF defaults: betas (0.9, 0.999), eps 1e-8
     torch.manual_seed(seed)
     model.train()  # Opacus needs training mode before make_private (offline-facts)
-    hooks = vmap_dp = None
+    hooks = vmap_dp = criterion = None
+    contiguous: list = []
     if private:
         if noise_multiplier is not None:
             sigma, calibrated_by, target = float(noise_multiplier), "given", None
@@ -209,10 +258,18 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
             # Opacus rebuilds ``loader`` as a DPDataLoader whose sampler uses ``loader.generator`` (= gen):
             # the same Poisson batches as the vmap and epsilon = inf paths below
             engine = PrivacyEngine(accountant="rdp")
-            hooks, opt, loader = engine.make_private(
+            made = engine.make_private(
                 module=model, optimizer=opt, data_loader=loader, noise_multiplier=sigma, max_grad_norm=clip,
                 poisson_sampling=True, grad_sample_mode=grad_sample_mode, loss_reduction="mean", wrap_model=False,
-                noise_generator=noise_gen)
+                noise_generator=noise_gen, criterion=RecordLoss())
+            if grad_sample_mode == "ghost":  # (hooks, optimizer, criterion, loader): the criterion runs 2 backwards
+                hooks, opt, criterion, loader = made
+                contiguous = _contiguous_embedding_inputs(model)
+                cover = ghost_coverage(model)
+                log.info("%s: ghost clipping for %s; per-record gradients (mixed ghost clipping) for %s", desc,
+                         ", ".join(cover["ghost"]) or "no layer", ", ".join(cover["per_record"]) or "no layer")
+            else:
+                hooks, opt, loader = made
             accountant_obj = engine.accountant
     else:
         loader = DPDataLoader.from_data_loader(loader, generator=gen)  # same Poisson batches, no clip, no noise
@@ -235,7 +292,10 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                 if ids.shape[0] == 0:
                     empty += 1
                     if private:  # the release of an empty step is noise alone: still take it
-                        if vmap_dp is None:
+                        if criterion is not None:  # ghost: the optimizer sums p.grad (already clipped)
+                            for p in params:
+                                p.grad = torch.zeros_like(p)
+                        elif vmap_dp is None:
                             for p in params:
                                 p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
                         opt.step()
@@ -244,12 +304,17 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                     ids, mask = ids.to(device), mask.to(device)
                     if vmap_dp is not None:
                         loss = vmap_dp.backward(ids, mask)
+                    elif criterion is not None:
+                        dp_loss = criterion(model(input_ids=ids, attention_mask=mask).logits, ids, mask)
+                        loss = dp_loss.detach()
                     else:
                         logits = model(input_ids=ids, attention_mask=mask).logits
                         loss = record_losses(logits, ids, mask).mean()
                     if not torch.isfinite(loss):
                         raise ConfigError(f"{desc}: training loss became {loss.item()}: lower the learning rate")
-                    if vmap_dp is None:
+                    if criterion is not None:
+                        dp_loss.backward()  # Opacus: norms, then the sum of clipped per-record losses
+                    elif vmap_dp is None:
                         loss.backward()
                     opt.step()
                     opt.zero_grad(set_to_none=True)
@@ -262,10 +327,12 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
     finally:
         if bar is not None:
             bar.close()
+        for handle in contiguous:
+            handle.remove()
         if hooks is not None:
             hooks.cleanup()  # removes Opacus' hooks and grad_sample attributes: the model is plain again
         for p in params:
-            for attr in ("grad_sample", "summed_grad", "_processed"):
+            for attr in ("grad_sample", "summed_grad", "_processed", "_norm_sample", "_forward_counter"):
                 if hasattr(p, attr):
                     try:
                         delattr(p, attr)
