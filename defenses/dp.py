@@ -612,14 +612,16 @@ class DPAdapt(Defense):
 
 # ------------------------------------------------------------------------------------------ step cost
 def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int = 128, steps: int = 12,
-                      modes: tuple[str, ...] = ("hooks", "functorch", "vmap"), method: str = "full",
-                      vocab: int = 8192, seed: int = 0) -> dict:
-    """Seconds per optimizer step, non-private vs DP-SGD, on a random-init model of ``spec_name``.
+                      modes: tuple[str, ...] = GRAD_SAMPLE_MODES, method: str = "full", vocab: int = 8192,
+                      seed: int = 0, device: str | torch.device | None = None) -> dict:
+    """Seconds per optimizer step, non-private vs DP-SGD per ``modes``, on a random-init model of ``spec_name``.
 
     Fixed batches of ``batch`` records of ``length`` tokens (no Poisson sampling, so every step does the
     same work). The configurations take turns step by step (so load from other jobs hits all alike);
     the first two rounds are warm-up. Reports the median CPU seconds (process time: robust to other jobs
-    on a shared machine when torch runs one thread) and the median wall seconds of a step.
+    on a shared machine when torch runs one thread) and the median wall seconds of a step; on CUDA (the
+    default when available) the wall time is taken between ``torch.cuda.synchronize()`` calls and is the one
+    to read. A mode a method cannot use (vmap with prefix) is reported as ``<mode>_error``.
     """
     import statistics
 
@@ -628,14 +630,23 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
 
     from bench.modeling import BUILTIN_SPECS
 
+    if method not in METHODS:
+        raise ConfigError(f"measure_step_cost: unknown method {method!r}: use one of {', '.join(METHODS)}")
+    bad = [m for m in modes if m not in GRAD_SAMPLE_MODES]
+    if bad:
+        raise ConfigError(f"measure_step_cost: unknown modes {bad}: use {', '.join(GRAD_SAMPLE_MODES)}")
+    if spec_name not in BUILTIN_SPECS:
+        raise ConfigError(f"measure_step_cost: unknown spec {spec_name!r}: use one of {', '.join(BUILTIN_SPECS)}")
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = dev.type == "cuda"
     spec = BUILTIN_SPECS[spec_name]
     cfg = GPTNeoXConfig(vocab_size=vocab, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
                         num_attention_heads=spec.num_heads, intermediate_size=4 * spec.hidden_size,
                         max_position_embeddings=spec.context_length, rotary_pct=0.25, use_parallel_residual=True,
                         tie_word_embeddings=False)
     g = torch.Generator().manual_seed(seed)
-    data = [torch.randint(0, vocab, (batch, length), generator=g) for _ in range(steps)]
-    mask = torch.ones(batch, length, dtype=torch.long)
+    data = [torch.randint(0, vocab, (batch, length), generator=g).to(dev) for _ in range(steps)]
+    mask = torch.ones(batch, length, dtype=torch.long, device=dev)
 
     def build():
         torch.manual_seed(seed)
@@ -647,65 +658,120 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
         elif method == "lora":
             from peft import LoraConfig, get_peft_model
             m = get_peft_model(m, LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
-        return m.train()
+        elif method == "prefix":
+            from peft import PrefixTuningConfig, get_peft_model
+            m = get_peft_model(m, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=32))
+        return m.to(dev).train()
 
     runs: dict[str, tuple] = {}
     m = build()
-    runs["nonprivate"] = (m, torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4), None)
-    hooks_list = []
+    runs["nonprivate"] = (m, torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4), None, None)
+    hooks_list, errors = [], {}
     for mode in modes:
         m = build()
         opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4)
-        if mode == "vmap":
-            vg = _VmapDP(m, opt, noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=batch, generator=None)
-            runs[mode] = (m, vg, vg)
-        else:
+        try:
+            if mode == "vmap":
+                if method == "prefix":
+                    raise ConfigError("vmap does not differentiate peft's prompt encoder")
+                vg = _VmapDP(m, opt, noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=batch,
+                             generator=None)
+                runs[mode] = (m, vg, vg, None)
+                continue
             loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(batch * 4, 1)),
                                                  batch_size=batch)
-            hooks, opt, _ = PrivacyEngine().make_private(module=m, optimizer=opt, data_loader=loader,
-                                                         noise_multiplier=1.0, max_grad_norm=0.1,
-                                                         grad_sample_mode=mode, wrap_model=False)
-            hooks_list.append(hooks)
-            runs[mode] = (m, opt, None)
+            made = PrivacyEngine().make_private(module=m, optimizer=opt, data_loader=loader, noise_multiplier=1.0,
+                                                max_grad_norm=0.1, grad_sample_mode=mode, wrap_model=False,
+                                                criterion=RecordLoss())
+        except Exception as exc:  # record, do not hide, a mode that cannot be set up
+            errors[mode] = f"{type(exc).__name__}: {exc}"
+            continue
+        crit = None
+        if mode == "ghost":
+            hooks, opt, crit, _ = made
+            hooks_list.extend(_contiguous_embedding_inputs(m))
+        else:
+            hooks, opt, _ = made
+        hooks_list.append(hooks)
+        runs[mode] = (m, opt, None, crit)
     cpu: dict[str, list[float]] = {k: [] for k in runs}
     wall: dict[str, list[float]] = {k: [] for k in runs}
-    errors: dict[str, str] = {}
     for ids in data:
-        for name, (m, opt, vg) in runs.items():
+        for name, (m, opt, vg, crit) in runs.items():
             if name in errors:
                 continue
+            if cuda:
+                torch.cuda.synchronize(dev)
             c0, w0 = time.process_time(), time.perf_counter()
             try:
                 if vg is not None:
                     vg.backward(ids, mask)
+                elif crit is not None:
+                    crit(m(input_ids=ids, attention_mask=mask).logits, ids, mask).backward()
                 else:
                     record_losses(m(input_ids=ids, attention_mask=mask).logits, ids, mask).mean().backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+                if cuda:
+                    torch.cuda.synchronize(dev)
             except Exception as exc:  # record, do not hide, a mode that fails
                 errors[name] = f"{type(exc).__name__}: {exc}"
                 continue
             cpu[name].append(time.process_time() - c0)
             wall[name].append(time.perf_counter() - w0)
     for h in hooks_list:
-        h.cleanup()
+        h.cleanup() if hasattr(h, "cleanup") else h.remove()
     out: dict[str, Any] = {"spec": spec_name, "method": method, "batch": batch, "length": length,
+                           "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
                            "threads": torch.get_num_threads(), "steps_timed": steps - 2}
-    for name in runs:
+    for name in ["nonprivate", *modes]:
         if name in errors:
             out[f"{name}_error"] = errors[name]
             continue
         out[f"{name}_cpu_s"] = round(statistics.median(cpu[name][2:]), 4)
         out[f"{name}_wall_s"] = round(statistics.median(wall[name][2:]), 4)
-        if name != "nonprivate":
+        if name != "nonprivate" and "nonprivate_error" not in out:
             out[f"{name}_ratio_cpu"] = round(out[f"{name}_cpu_s"] / out["nonprivate_cpu_s"], 3)
             out[f"{name}_ratio_wall"] = round(out[f"{name}_wall_s"] / out["nonprivate_wall_s"], 3)
     return out
 
 
-if __name__ == "__main__":  # OMP_NUM_THREADS=1 python -m defenses.dp [spec] [method]
+def step_cost_table(results: list[dict]) -> str:
+    """One line per method: non-private seconds per step and every mode's DP/non-DP ratio (process time on
+    CPU, synchronized wall time on CUDA)."""
+    if not results:
+        return ""
+    key = "wall" if results[0]["device"] != "cpu" else "cpu"
+    modes = [m for m in GRAD_SAMPLE_MODES if any(f"{m}_cpu_s" in r or f"{m}_error" in r for r in results)]
+    lines = [f"{results[0]['spec']} on {results[0]['device']}, {results[0]['threads']} thread(s), batch "
+             f"{results[0]['batch']} x {results[0]['length']} tokens, median of {results[0]['steps_timed']} steps "
+             f"({'wall' if key == 'wall' else 'process'} time); ratio = DP step / non-private step",
+             f"{'method':<8}{'nonprivate s':>14}" + "".join(f"{m:>11}" for m in modes)]
+    for r in results:
+        cells = [f"{r[f'{m}_ratio_{key}']:>10.2f}x" if f"{m}_ratio_{key}" in r else f"{'n/a':>11}" for m in modes]
+        lines.append(f"{r['method']:<8}{r.get(f'nonprivate_{key}_s', float('nan')):>14.4f}" + "".join(cells))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # PRIVBENCH_THREADS=1 python -m defenses.dp [spec] [method|all] [--json]
     import json
+    import os
     import sys
-    torch.set_num_threads(int(__import__("os").environ.get("PRIVBENCH_THREADS", "1") or 1))
-    print(json.dumps(measure_step_cost(sys.argv[1] if len(sys.argv) > 1 else "nano",
-                                       method=sys.argv[2] if len(sys.argv) > 2 else "full"), indent=1))
+
+    torch.set_num_threads(int(os.environ.get("PRIVBENCH_THREADS", "1") or 1))
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    spec_arg = args[0] if args else "nano"
+    which = args[1] if len(args) > 1 else "full"
+    try:
+        chosen = list(METHODS) if which == "all" else [which]
+        results = [measure_step_cost(spec_arg, method=m) for m in chosen]
+    except ConfigError as exc:
+        sys.exit(f"error: {exc}")
+    if "--json" in sys.argv:
+        print(json.dumps(results if which == "all" else results[0], indent=1))
+    else:
+        print(step_cost_table(results))
+        for r in results:
+            for k, v in r.items():
+                if k.endswith("_error"):
+                    print(f"{r['method']} {k}: {v}")
