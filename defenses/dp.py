@@ -37,6 +37,15 @@ seed: the plain loader carries it, and Opacus' ``make_private(poisson_sampling=T
 rebuilds the loader with ``DPDataLoader.from_data_loader``, which (secure_mode off,
 so its own generator is None) takes the plain loader's generator; the vmap and
 ε = ∞ paths pass it to ``DPDataLoader.from_data_loader`` directly (tested).
+
+Per-record gradients (``grad_sample_mode``): ``hooks`` (default) and ``functorch`` are Opacus' per-record
+gradient samplers; ``vmap`` is one ``torch.func`` vmap over the model (``_VmapDP``); ``ghost`` is Opacus'
+fast gradient clipping: the ghost norm of Li et al. (2022) for Linear and Embedding layers (per-record norms
+from activations and backprops, no per-record gradient), per-record gradients only for the other layers
+(LayerNorm: mixed ghost clipping), then a second backward pass of the clipping-weighted per-record losses.
+All four clip each record's gradient to ``clip`` and add the same noise to the sum (tested: ghost equals
+hooks step for step). On the CPU models of this project ghost is slower than hooks (two backward passes;
+docs/benchmarks.md), so hooks stays the default; ghost saves memory, which matters on large models.
 """
 
 from __future__ import annotations
