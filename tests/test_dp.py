@@ -467,3 +467,17 @@ def test_ghost_step_equals_hooks_with_noise(world, method, monkeypatch):
     assert "Linear" in cover["ghost"] or "Embedding" in cover["ghost"]
     if method == "full":
         assert "LayerNorm" in cover["per_record"] and "Embedding" in cover["ghost"]
+
+
+def test_measure_step_cost_reports_every_mode_and_the_device():
+    from defenses.dp import measure_step_cost, step_cost_table
+
+    r = measure_step_cost("nano", method="prefix", batch=2, length=16, steps=3, vocab=512, device="cpu")
+    assert r["device"] == "cpu" and r["method"] == "prefix" and r["nonprivate_cpu_s"] > 0
+    for mode in ("hooks", "functorch", "ghost"):
+        assert r[f"{mode}_ratio_cpu"] > 0, mode
+    assert "vmap" in r["vmap_error"] and "vmap_cpu_s" not in r  # vmap cannot train a prefix: said, not hidden
+    table = step_cost_table([r])
+    assert "ghost" in table and table.splitlines()[-1].split()[0] == "prefix" and "n/a" in table
+    with pytest.raises(ConfigError, match="unknown method"):
+        measure_step_cost("nano", method="everything")
