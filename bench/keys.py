@@ -28,7 +28,7 @@ def scoring_fingerprint(artifact_key: str, *, max_length: int, bf16: bool) -> st
     The tokenizer's BOS handling is a property of the artifact, so the artifact key covers it; the scoring code's
     own hash is included so a change to how signals are computed never reuses stale ones."""
     return content_hash({"model": artifact_key, "max_length": max_length, "bf16": bool(bf16),
-                         "code": module_hash("bench.lm", "bench.signals")})
+                         "code": module_hash("bench.lm", "bench.signals", "bench.logit_stats")})
 
 
 def data_key(task_name: str, task_key: str, data_fingerprint: str) -> str:

@@ -19,6 +19,7 @@ from tqdm.auto import tqdm
 
 from bench.errors import CapabilityError
 from bench.hashing import content_hash, text_hash
+from bench.logit_stats import stats_from_logits, stats_from_logprobs
 from bench.signals import TokenSignals, load_signals, save_signals
 
 TOKEN_LOGPROBS = "token_logprobs"
@@ -66,14 +67,16 @@ def signals_from_logprobs(logp: torch.Tensor, tgt: torch.Tensor, spans: Sequence
 
     ``tgt[r, j]`` is the token position ``j`` predicts; ``spans[r]`` keeps row ``r``'s own tokens. μ and σ² of
     log p under the model's distribution use the centred form E[(log p − μ)²], which avoids cancellation when
-    the distribution is near-uniform. Shared by every LanguageModel that computes distributions itself.
+    the distribution is near-uniform (bench/logit_stats.py). Shared by every LanguageModel that computes
+    distributions itself.
     """
-    p = logp.exp()
-    mu = (p * logp).sum(-1)
-    sigma2 = (p * (logp - mu.unsqueeze(-1)).square()).sum(-1)
-    tok_lp = logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-    top1 = logp.argmax(-1) == tgt
-    top1_lp = logp.amax(-1)
+    return signals_from_stats(stats_from_logprobs(logp, tgt), tgt, spans)
+
+
+def signals_from_stats(stats: tuple[torch.Tensor, ...], tgt: torch.Tensor, spans: Sequence[slice]
+                       ) -> list[TokenSignals]:
+    """Split per-position statistics (bench.logit_stats: log p, μ, σ², top-1, top-1 log p) into rows."""
+    tok_lp, mu, sigma2, top1, top1_lp = stats
     return [TokenSignals(token_ids=tgt[r, sl].cpu().numpy().astype(np.int32),
                          logprobs=tok_lp[r, sl].cpu().numpy().astype(np.float32),
                          mu=mu[r, sl].cpu().numpy().astype(np.float32),
@@ -268,7 +271,7 @@ class HFLanguageModel(LanguageModel):
         signals (the runner instead passes bench.keys.scoring_fingerprint with ``exact_fingerprint``)."""
         from bench.hashing import module_hash
         return content_hash({"model": key, "max_length": max_length, "bos": add_bos, "bf16": autocast_bf16,
-                             "code": module_hash("bench.lm", "bench.signals")})
+                             "code": module_hash("bench.lm", "bench.signals", "bench.logit_stats")})
 
     # -- tokenisation ----------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
@@ -345,10 +348,10 @@ class HFLanguageModel(LanguageModel):
             ids, mask = right_padded([encoded[i] for i in batch], pad, self.device)
             with self._autocast():
                 logits = self._model(input_ids=ids, attention_mask=mask).logits
-            logp = torch.log_softmax(logits[:, :-1].float(), dim=-1)
             # position j of the shifted arrays predicts token j+1; keep the text's tokens only
             spans = [slice(max(starts[i] - 1, 0), len(encoded[i]) - 1) for i in batch]
-            for i, sig in zip(batch, signals_from_logprobs(logp, ids[:, 1:], spans)):
+            stats = stats_from_logits(logits[:, :-1], ids[:, 1:])
+            for i, sig in zip(batch, signals_from_stats(stats, ids[:, 1:], spans)):
                 out[keys[i]] = sig
         return out
 

@@ -37,10 +37,20 @@ seed: the plain loader carries it, and Opacus' ``make_private(poisson_sampling=T
 rebuilds the loader with ``DPDataLoader.from_data_loader``, which (secure_mode off,
 so its own generator is None) takes the plain loader's generator; the vmap and
 ε = ∞ paths pass it to ``DPDataLoader.from_data_loader`` directly (tested).
+
+Per-record gradients (``grad_sample_mode``): ``hooks`` (default) and ``functorch`` are Opacus' per-record
+gradient samplers; ``vmap`` is one ``torch.func`` vmap over the model (``_VmapDP``); ``ghost`` is Opacus'
+fast gradient clipping: the ghost norm of Li et al. (2022) for Linear and Embedding layers (per-record norms
+from activations and backprops, no per-record gradient), per-record gradients only for the other layers
+(LayerNorm: mixed ghost clipping), then a second backward pass of the clipping-weighted per-record losses.
+All four clip each record's gradient to ``clip`` and add the same noise to the sum (tested: ghost equals
+hooks step for step). On the CPU models of this project ghost is slower than hooks (two backward passes;
+docs/benchmarks.md), so hooks stays the default; ghost saves memory, which matters on large models.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
@@ -55,10 +65,13 @@ from bench.params import Param
 from bench.registry import register_defense
 from bench.release import Release, register_release
 
+log = logging.getLogger(__name__)
+
 METHODS = ("full", "head", "lora", "prefix")
 EPSILON_GRID = (0.1, 0.5, 1.0, 3.0, 8.0, math.inf)  # the privacy regimes of Marek et al. (2026)
 DEFAULT_LR = {"full": 1e-3, "head": 1e-3, "lora": 3e-3, "prefix": 1e-2}
 LORA_TARGETS = ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]
+GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost", "vmap")
 
 class _EpsilonParam(Param):
     """A float parameter that also accepts infinity (``inf``, ``.inf``): the ε = ∞ column of the grid."""
@@ -96,9 +109,10 @@ PARAMS = (
     Param("target_modules", list, LORA_TARGETS, "modules that get LoRA adapters", item_type=str),
     Param("prefix_length", int, 32, "prefix tuning: virtual tokens (Marek et al. 2026 use 64 with 256-token "
           "chunks; 32 keeps that prefix-to-chunk ratio of 1/4 for the 128-token chunks of the tiny models)", low=1),
-    Param("grad_sample_mode", str, "hooks", "per-record gradients: Opacus hooks or functorch, or one torch.func "
+    Param("grad_sample_mode", str, "hooks", "per-record gradients: Opacus hooks or functorch, Opacus' ghost "
+          "clipping (per-record norms without per-record gradients, two backward passes), or one torch.func "
           "vmap over the whole model (with Opacus' DPOptimizer and accountant)",
-          choices=("hooks", "functorch", "vmap")),
+          choices=GRAD_SAMPLE_MODES),
 )
 
 
@@ -146,6 +160,49 @@ def record_losses(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -
     return (lp * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
+class RecordLoss:
+    """``record_losses`` as a criterion for Opacus' ghost clipping (``DPLossFastGradientClipping``).
+
+    Opacus sets ``reduction = "none"`` to get the per-record losses, scales each by its clipping
+    coefficient and back-propagates their sum a second time; ``"mean"`` is the batch mean the other modes
+    back-propagate.
+    """
+
+    def __init__(self, reduction: str = "mean") -> None:
+        self.reduction = reduction
+
+    def __call__(self, logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        losses = record_losses(logits, ids, mask)
+        return losses if self.reduction == "none" else losses.mean() if self.reduction == "mean" else losses.sum()
+
+
+def _contiguous_embedding_inputs(model: torch.nn.Module) -> list:
+    """Make the ids entering every trainable ``nn.Embedding`` contiguous (forward pre-hooks; returns handles).
+
+    peft's prefix encoder looks up ``prefix_tokens.expand(batch, -1)``, an expanded view, and Opacus 1.6's
+    ghost norm for embeddings calls ``.view(-1, 1)`` on the ids, which fails on such a view. The copy is of
+    ``batch × prefix_length`` integers; Opacus' forward hook then records the contiguous ids.
+    """
+    def pre_hook(_module, args):
+        return tuple(a.contiguous() if torch.is_tensor(a) else a for a in args)
+
+    return [m.register_forward_pre_hook(pre_hook) for m in model.modules()
+            if isinstance(m, torch.nn.Embedding) and any(p.requires_grad for p in m.parameters(recurse=False))]
+
+
+def ghost_coverage(model: torch.nn.Module) -> dict[str, list[str]]:
+    """Which trainable modules Opacus' ghost clipping covers: ``ghost`` (Linear, Embedding: per-record norms
+    from activations and backprops alone) and ``per_record`` (every other layer, e.g. LayerNorm: Opacus
+    computes its per-record gradients and their norms, i.e. mixed ghost clipping). Both give exact norms."""
+    from opacus.grad_sample import GradSampleModuleFastGradientClipping as G
+    from opacus.utils.module_utils import trainable_modules
+
+    out: dict[str, list[str]] = {"ghost": [], "per_record": []}
+    for name, m in trainable_modules(model):
+        out["ghost" if type(m) in G.NORM_SAMPLERS else "per_record"].append(type(m).__name__)
+    return {k: sorted(set(v)) for k, v in out.items()}
+
+
 def trained_records(seqs: list[list[int]]) -> list[int]:
     """Indices of the records DP-SGD trains on: those with 2 or more tokens (a shorter one has no target).
 
@@ -189,7 +246,8 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)  # HF defaults: betas (0.9, 0.999), eps 1e-8
     torch.manual_seed(seed)
     model.train()  # Opacus needs training mode before make_private (offline-facts)
-    hooks = vmap_dp = None
+    hooks = vmap_dp = criterion = None
+    contiguous: list = []
     if private:
         if noise_multiplier is not None:
             sigma, calibrated_by, target = float(noise_multiplier), "given", None
@@ -209,10 +267,18 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
             # Opacus rebuilds ``loader`` as a DPDataLoader whose sampler uses ``loader.generator`` (= gen):
             # the same Poisson batches as the vmap and epsilon = inf paths below
             engine = PrivacyEngine(accountant="rdp")
-            hooks, opt, loader = engine.make_private(
+            made = engine.make_private(
                 module=model, optimizer=opt, data_loader=loader, noise_multiplier=sigma, max_grad_norm=clip,
                 poisson_sampling=True, grad_sample_mode=grad_sample_mode, loss_reduction="mean", wrap_model=False,
-                noise_generator=noise_gen)
+                noise_generator=noise_gen, criterion=RecordLoss())
+            if grad_sample_mode == "ghost":  # (hooks, optimizer, criterion, loader): the criterion runs 2 backwards
+                hooks, opt, criterion, loader = made
+                contiguous = _contiguous_embedding_inputs(model)
+                cover = ghost_coverage(model)
+                log.info("%s: ghost clipping for %s; per-record gradients (mixed ghost clipping) for %s", desc,
+                         ", ".join(cover["ghost"]) or "no layer", ", ".join(cover["per_record"]) or "no layer")
+            else:
+                hooks, opt, loader = made
             accountant_obj = engine.accountant
     else:
         loader = DPDataLoader.from_data_loader(loader, generator=gen)  # same Poisson batches, no clip, no noise
@@ -235,7 +301,10 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                 if ids.shape[0] == 0:
                     empty += 1
                     if private:  # the release of an empty step is noise alone: still take it
-                        if vmap_dp is None:
+                        if criterion is not None:  # ghost: the optimizer sums p.grad (already clipped)
+                            for p in params:
+                                p.grad = torch.zeros_like(p)
+                        elif vmap_dp is None:
                             for p in params:
                                 p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
                         opt.step()
@@ -244,12 +313,17 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                     ids, mask = ids.to(device), mask.to(device)
                     if vmap_dp is not None:
                         loss = vmap_dp.backward(ids, mask)
+                    elif criterion is not None:
+                        dp_loss = criterion(model(input_ids=ids, attention_mask=mask).logits, ids, mask)
+                        loss = dp_loss.detach()
                     else:
                         logits = model(input_ids=ids, attention_mask=mask).logits
                         loss = record_losses(logits, ids, mask).mean()
                     if not torch.isfinite(loss):
                         raise ConfigError(f"{desc}: training loss became {loss.item()}: lower the learning rate")
-                    if vmap_dp is None:
+                    if criterion is not None:
+                        dp_loss.backward()  # Opacus: norms, then the sum of clipped per-record losses
+                    elif vmap_dp is None:
                         loss.backward()
                     opt.step()
                     opt.zero_grad(set_to_none=True)
@@ -262,10 +336,12 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
     finally:
         if bar is not None:
             bar.close()
+        for handle in contiguous:
+            handle.remove()
         if hooks is not None:
             hooks.cleanup()  # removes Opacus' hooks and grad_sample attributes: the model is plain again
         for p in params:
-            for attr in ("grad_sample", "summed_grad", "_processed"):
+            for attr in ("grad_sample", "summed_grad", "_processed", "_norm_sample", "_forward_counter"):
                 if hasattr(p, attr):
                     try:
                         delattr(p, attr)
@@ -545,14 +621,16 @@ class DPAdapt(Defense):
 
 # ------------------------------------------------------------------------------------------ step cost
 def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int = 128, steps: int = 12,
-                      modes: tuple[str, ...] = ("hooks", "functorch", "vmap"), method: str = "full",
-                      vocab: int = 8192, seed: int = 0) -> dict:
-    """Seconds per optimizer step, non-private vs DP-SGD, on a random-init model of ``spec_name``.
+                      modes: tuple[str, ...] = GRAD_SAMPLE_MODES, method: str = "full", vocab: int = 8192,
+                      seed: int = 0, device: str | torch.device | None = None) -> dict:
+    """Seconds per optimizer step, non-private vs DP-SGD per ``modes``, on a random-init model of ``spec_name``.
 
     Fixed batches of ``batch`` records of ``length`` tokens (no Poisson sampling, so every step does the
     same work). The configurations take turns step by step (so load from other jobs hits all alike);
     the first two rounds are warm-up. Reports the median CPU seconds (process time: robust to other jobs
-    on a shared machine when torch runs one thread) and the median wall seconds of a step.
+    on a shared machine when torch runs one thread) and the median wall seconds of a step; on CUDA (the
+    default when available) the wall time is taken between ``torch.cuda.synchronize()`` calls and is the one
+    to read. A mode a method cannot use (vmap with prefix) is reported as ``<mode>_error``.
     """
     import statistics
 
@@ -561,14 +639,23 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
 
     from bench.modeling import BUILTIN_SPECS
 
+    if method not in METHODS:
+        raise ConfigError(f"measure_step_cost: unknown method {method!r}: use one of {', '.join(METHODS)}")
+    bad = [m for m in modes if m not in GRAD_SAMPLE_MODES]
+    if bad:
+        raise ConfigError(f"measure_step_cost: unknown modes {bad}: use {', '.join(GRAD_SAMPLE_MODES)}")
+    if spec_name not in BUILTIN_SPECS:
+        raise ConfigError(f"measure_step_cost: unknown spec {spec_name!r}: use one of {', '.join(BUILTIN_SPECS)}")
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = dev.type == "cuda"
     spec = BUILTIN_SPECS[spec_name]
     cfg = GPTNeoXConfig(vocab_size=vocab, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
                         num_attention_heads=spec.num_heads, intermediate_size=4 * spec.hidden_size,
                         max_position_embeddings=spec.context_length, rotary_pct=0.25, use_parallel_residual=True,
                         tie_word_embeddings=False)
     g = torch.Generator().manual_seed(seed)
-    data = [torch.randint(0, vocab, (batch, length), generator=g) for _ in range(steps)]
-    mask = torch.ones(batch, length, dtype=torch.long)
+    data = [torch.randint(0, vocab, (batch, length), generator=g).to(dev) for _ in range(steps)]
+    mask = torch.ones(batch, length, dtype=torch.long, device=dev)
 
     def build():
         torch.manual_seed(seed)
@@ -580,65 +667,120 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
         elif method == "lora":
             from peft import LoraConfig, get_peft_model
             m = get_peft_model(m, LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
-        return m.train()
+        elif method == "prefix":
+            from peft import PrefixTuningConfig, get_peft_model
+            m = get_peft_model(m, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=32))
+        return m.to(dev).train()
 
     runs: dict[str, tuple] = {}
     m = build()
-    runs["nonprivate"] = (m, torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4), None)
-    hooks_list = []
+    runs["nonprivate"] = (m, torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4), None, None)
+    hooks_list, errors = [], {}
     for mode in modes:
         m = build()
         opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4)
-        if mode == "vmap":
-            vg = _VmapDP(m, opt, noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=batch, generator=None)
-            runs[mode] = (m, vg, vg)
-        else:
+        try:
+            if mode == "vmap":
+                if method == "prefix":
+                    raise ConfigError("vmap does not differentiate peft's prompt encoder")
+                vg = _VmapDP(m, opt, noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=batch,
+                             generator=None)
+                runs[mode] = (m, vg, vg, None)
+                continue
             loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(batch * 4, 1)),
                                                  batch_size=batch)
-            hooks, opt, _ = PrivacyEngine().make_private(module=m, optimizer=opt, data_loader=loader,
-                                                         noise_multiplier=1.0, max_grad_norm=0.1,
-                                                         grad_sample_mode=mode, wrap_model=False)
-            hooks_list.append(hooks)
-            runs[mode] = (m, opt, None)
+            made = PrivacyEngine().make_private(module=m, optimizer=opt, data_loader=loader, noise_multiplier=1.0,
+                                                max_grad_norm=0.1, grad_sample_mode=mode, wrap_model=False,
+                                                criterion=RecordLoss())
+        except Exception as exc:  # record, do not hide, a mode that cannot be set up
+            errors[mode] = f"{type(exc).__name__}: {exc}"
+            continue
+        crit = None
+        if mode == "ghost":
+            hooks, opt, crit, _ = made
+            hooks_list.extend(_contiguous_embedding_inputs(m))
+        else:
+            hooks, opt, _ = made
+        hooks_list.append(hooks)
+        runs[mode] = (m, opt, None, crit)
     cpu: dict[str, list[float]] = {k: [] for k in runs}
     wall: dict[str, list[float]] = {k: [] for k in runs}
-    errors: dict[str, str] = {}
     for ids in data:
-        for name, (m, opt, vg) in runs.items():
+        for name, (m, opt, vg, crit) in runs.items():
             if name in errors:
                 continue
+            if cuda:
+                torch.cuda.synchronize(dev)
             c0, w0 = time.process_time(), time.perf_counter()
             try:
                 if vg is not None:
                     vg.backward(ids, mask)
+                elif crit is not None:
+                    crit(m(input_ids=ids, attention_mask=mask).logits, ids, mask).backward()
                 else:
                     record_losses(m(input_ids=ids, attention_mask=mask).logits, ids, mask).mean().backward()
                 opt.step()
                 opt.zero_grad(set_to_none=True)
+                if cuda:
+                    torch.cuda.synchronize(dev)
             except Exception as exc:  # record, do not hide, a mode that fails
                 errors[name] = f"{type(exc).__name__}: {exc}"
                 continue
             cpu[name].append(time.process_time() - c0)
             wall[name].append(time.perf_counter() - w0)
     for h in hooks_list:
-        h.cleanup()
+        h.cleanup() if hasattr(h, "cleanup") else h.remove()
     out: dict[str, Any] = {"spec": spec_name, "method": method, "batch": batch, "length": length,
+                           "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
                            "threads": torch.get_num_threads(), "steps_timed": steps - 2}
-    for name in runs:
+    for name in ["nonprivate", *modes]:
         if name in errors:
             out[f"{name}_error"] = errors[name]
             continue
         out[f"{name}_cpu_s"] = round(statistics.median(cpu[name][2:]), 4)
         out[f"{name}_wall_s"] = round(statistics.median(wall[name][2:]), 4)
-        if name != "nonprivate":
+        if name != "nonprivate" and "nonprivate_error" not in out:
             out[f"{name}_ratio_cpu"] = round(out[f"{name}_cpu_s"] / out["nonprivate_cpu_s"], 3)
             out[f"{name}_ratio_wall"] = round(out[f"{name}_wall_s"] / out["nonprivate_wall_s"], 3)
     return out
 
 
-if __name__ == "__main__":  # OMP_NUM_THREADS=1 python -m defenses.dp [spec] [method]
+def step_cost_table(results: list[dict]) -> str:
+    """One line per method: non-private seconds per step and every mode's DP/non-DP ratio (process time on
+    CPU, synchronized wall time on CUDA)."""
+    if not results:
+        return ""
+    key = "wall" if results[0]["device"] != "cpu" else "cpu"
+    modes = [m for m in GRAD_SAMPLE_MODES if any(f"{m}_cpu_s" in r or f"{m}_error" in r for r in results)]
+    lines = [f"{results[0]['spec']} on {results[0]['device']}, {results[0]['threads']} thread(s), batch "
+             f"{results[0]['batch']} x {results[0]['length']} tokens, median of {results[0]['steps_timed']} steps "
+             f"({'wall' if key == 'wall' else 'process'} time); ratio = DP step / non-private step",
+             f"{'method':<8}{'nonprivate s':>14}" + "".join(f"{m:>11}" for m in modes)]
+    for r in results:
+        cells = [f"{r[f'{m}_ratio_{key}']:>10.2f}x" if f"{m}_ratio_{key}" in r else f"{'n/a':>11}" for m in modes]
+        lines.append(f"{r['method']:<8}{r.get(f'nonprivate_{key}_s', float('nan')):>14.4f}" + "".join(cells))
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # PRIVBENCH_THREADS=1 python -m defenses.dp [spec] [method|all] [--json]
     import json
+    import os
     import sys
-    torch.set_num_threads(int(__import__("os").environ.get("PRIVBENCH_THREADS", "1") or 1))
-    print(json.dumps(measure_step_cost(sys.argv[1] if len(sys.argv) > 1 else "nano",
-                                       method=sys.argv[2] if len(sys.argv) > 2 else "full"), indent=1))
+
+    torch.set_num_threads(int(os.environ.get("PRIVBENCH_THREADS", "1") or 1))
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    spec_arg = args[0] if args else "nano"
+    which = args[1] if len(args) > 1 else "full"
+    try:
+        chosen = list(METHODS) if which == "all" else [which]
+        results = [measure_step_cost(spec_arg, method=m) for m in chosen]
+    except ConfigError as exc:
+        sys.exit(f"error: {exc}")
+    if "--json" in sys.argv:
+        print(json.dumps(results if which == "all" else results[0], indent=1))
+    else:
+        print(step_cost_table(results))
+        for r in results:
+            for k, v in r.items():
+                if k.endswith("_error"):
+                    print(f"{r['method']} {k}: {v}")

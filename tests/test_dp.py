@@ -403,3 +403,81 @@ def test_vmap_dp_step_equals_opacus(world, method):
     # clipping was active: the clipped update is smaller than the raw mean gradient would be
     total = math.sqrt(sum(float(v.pow(2).sum()) for v in ref.values()))
     assert total <= clip + 1e-6
+
+
+@pytest.mark.parametrize("method", ["full", "head", "lora", "prefix"])
+def test_ghost_step_equals_hooks_with_noise(world, method, monkeypatch):
+    """Opacus' ghost clipping (norms without per-record gradients; mixed for LayerNorm) takes the same
+    clipped-and-noised step as the hooks mode: same seed, same Poisson batch, same noise generator, and the
+    same privacy ledger. The noisy gradients AdamW receives are compared, not only the weights (Adam's
+    first step is about lr·sign(g), which would hide a wrong clipping scale)."""
+    from defenses.dp import ghost_coverage
+
+    seqs = world["ctx"].encode(world["data"].texts, 64)
+    grads: list[torch.Tensor] = []
+
+    class Recording(torch.optim.AdamW):
+        def step(self, closure=None):
+            grads.extend(p.grad.detach().clone() for g in self.param_groups for p in g["params"])
+            return super().step(closure)
+
+    monkeypatch.setattr(torch.optim, "AdamW", Recording)
+
+    def run(mode):
+        grads.clear()
+        model = _model(world)
+        kw = dict(pad_id=world["ctx"].pad_id, epsilon=8.0, delta=None, clip=0.05, epochs=1 / 6, lr=1e-3,
+                  batch_size=8, seed=7, grad_sample_mode=mode)
+        if method == "prefix":
+            model, rep = train_prefix(model, seqs, prefix_length=4, **kw)
+        else:
+            if method == "head":
+                for p in model.parameters():
+                    p.requires_grad_(False)
+                model.get_output_embeddings().weight.requires_grad_(True)
+            elif method == "lora":
+                from peft import LoraConfig, get_peft_model
+                model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS,
+                                                         task_type="CAUSAL_LM"))
+            before = {k: p.detach().clone() for k, p in model.named_parameters() if p.requires_grad}
+            rep = dp_train(model, seqs, **kw)
+        if method == "prefix":
+            before = None
+        after = {k: p.detach().clone() for k, p in model.named_parameters() if p.requires_grad}
+        for p in model.parameters():  # nothing of Opacus is left on the model
+            assert not hasattr(p, "_norm_sample") and not hasattr(p, "grad_sample")
+        return model, before, after, rep, list(grads)
+
+    _, before, ref, rep_h, g_h = run("hooks")
+    model, _, got, rep_g, g_g = run("ghost")
+    assert len(g_h) == len(g_g) == len(ref) > 0
+    scale = max(float(g.abs().max()) for g in g_h)
+    for a, b in zip(g_h, g_g):
+        assert torch.allclose(a, b, atol=1e-5 * scale, rtol=1e-4)
+    assert rep_h["steps"] == rep_g["steps"] == 1 and rep_g["tokens"] == rep_h["tokens"] > 0
+    assert got.keys() == ref.keys() and got
+    for k in ref:
+        assert torch.allclose(got[k], ref[k], atol=1e-6, rtol=1e-5), k
+    if before is not None:  # the step moved the weights (so the comparison is not of two untouched models)
+        assert any(not torch.equal(before[k], got[k]) for k in got)
+    led_h = {k: v for k, v in rep_h["ledger"].items() if k != "grad_sample_mode"}
+    led_g = {k: v for k, v in rep_g["ledger"].items() if k != "grad_sample_mode"}
+    assert led_h == led_g and rep_g["ledger"]["grad_sample_mode"] == "ghost"
+    cover = ghost_coverage(model)
+    assert "Linear" in cover["ghost"] or "Embedding" in cover["ghost"]
+    if method == "full":
+        assert "LayerNorm" in cover["per_record"] and "Embedding" in cover["ghost"]
+
+
+def test_measure_step_cost_reports_every_mode_and_the_device():
+    from defenses.dp import measure_step_cost, step_cost_table
+
+    r = measure_step_cost("nano", method="prefix", batch=2, length=16, steps=3, vocab=512, device="cpu")
+    assert r["device"] == "cpu" and r["method"] == "prefix" and r["nonprivate_cpu_s"] > 0
+    for mode in ("hooks", "functorch", "ghost"):
+        assert r[f"{mode}_ratio_cpu"] > 0, mode
+    assert "vmap" in r["vmap_error"] and "vmap_cpu_s" not in r  # vmap cannot train a prefix: said, not hidden
+    table = step_cost_table([r])
+    assert "ghost" in table and table.splitlines()[-1].split()[0] == "prefix" and "n/a" in table
+    with pytest.raises(ConfigError, match="unknown method"):
+        measure_step_cost("nano", method="everything")

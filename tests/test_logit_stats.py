@@ -1,0 +1,45 @@
+"""The one-pass signal statistics against the naive formulas they replace (fp32, within 1e-5)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.logit_stats import stats_from_logits, stats_from_logprobs
+
+
+def _naive(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The formulas privbench used before (one temporary per step), in float64 as the reference."""
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    p = logp.exp()
+    mu = (p * logp).sum(-1)
+    sigma2 = (p * (logp - mu.unsqueeze(-1)).square()).sum(-1)
+    return (logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1), mu, sigma2, logp.argmax(-1) == tgt, logp.amax(-1))
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 8.0])  # near-uniform (σ² ≈ 0), typical, peaked
+@pytest.mark.parametrize("compiled", [False, True])
+def test_stats_match_the_naive_formulas(scale, compiled, monkeypatch):
+    monkeypatch.setenv("PRIVBENCH_COMPILE", "1" if compiled else "0")
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 17, 4096, generator=g) * scale
+    tgt = torch.randint(0, 4096, (3, 17), generator=g)
+    tgt[0, :5] = logits[0, :5].argmax(-1)  # some positions where the target is the greedy token
+    ref = _naive(logits, tgt)
+    for got in (stats_from_logits(logits, tgt), stats_from_logprobs(torch.log_softmax(logits, -1), tgt)):
+        for name, a, b in zip(("logp", "mu", "sigma2", "top1", "top1_logp"), got, ref):
+            assert a.shape == b.shape, name
+            if a.dtype == torch.bool:
+                assert torch.equal(a, b), name
+            else:
+                assert a.dtype == torch.float32, name
+                assert (a.double() - b).abs().max() <= 1e-5, (name, float((a.double() - b).abs().max()))
+    assert bool(ref[3][0, :5].all()) and not bool(ref[3].all())
+
+
+def test_bf16_logits_are_scored_in_fp32():
+    logits = torch.randn(2, 5, 512).bfloat16()
+    tgt = torch.randint(0, 512, (2, 5))
+    got = stats_from_logits(logits, tgt)
+    ref = _naive(logits.float(), tgt)
+    assert got[1].dtype == torch.float32 and (got[1].double() - ref[1]).abs().max() <= 1e-5
