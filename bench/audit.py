@@ -34,7 +34,7 @@ from scipy.special import expit
 from scipy.stats import beta, binom
 
 from bench.errors import MetricError
-from bench.metrics import roc_curve_points, validate_scores
+from bench.metrics import MetricRow, roc_curve_points, validate_scores
 
 __all__ = [
     "epsilon_lower_bound",
@@ -44,7 +44,14 @@ __all__ = [
     "one_run_audit",
     "best_one_run_audit",
     "claim_check",
+    "roc_metric_name",
+    "roc_epsilon_row",
+    "FLAG_INDICATIVE",
 ]
+
+#: flag of an ε lower bound computed from targets that are not independent trials (all scored on one model)
+FLAG_INDICATIVE = "indicative"
+
 
 #: width (in ε) at which the bisection for the one-run bound stops; the lower end is returned
 _EPS_TOL = 1e-9
@@ -492,3 +499,32 @@ def claim_check(claimed_epsilon: float, audited: dict, *, claimed_delta: float |
         "confidence": audited.get("confidence"),
         "delta": audited.get("delta"),
     }
+
+
+# ------------------------------------------------------------------------------- rows for the store
+
+
+def _pct(confidence: float) -> str:
+    return format(round(float(confidence) * 100.0, 10), ".10g")
+
+
+def roc_metric_name(*, delta: float, confidence: float) -> str:
+    """Metric name of the ROC ε lower bound: ``eps_lb_roc@95%,delta=1e-05`` (the level and δ travel with it)."""
+    return f"eps_lb_roc@{_pct(_check_confidence(confidence))}%,delta={_check_delta(delta):g}"
+
+
+def roc_epsilon_row(labels, scores, *, delta: float, confidence: float = 0.95,
+                    independent: bool = False) -> MetricRow:
+    """The :func:`epsilon_lower_bound` of one evaluation as a metric row (ci columns left empty: the bound *is*
+    the lower end of a one-sided interval at the level named in the metric).
+
+    When it is valid: only when every target is an independent trial of the membership game (one training run
+    per target, or per disjoint batch of targets), which is what the Clopper–Pearson counts assume. The
+    runner's games score many targets on *one* adapted model, so their outcomes are dependent and the bound is
+    only indicative there: the row is flagged :data:`FLAG_INDICATIVE` unless ``independent=True``. The
+    ``audit`` game (canaries included with probability 1/2 each, :func:`best_one_run_audit`) is the valid
+    procedure for one training run.
+    """
+    res = epsilon_lower_bound(labels, scores, delta=delta, confidence=confidence)
+    return MetricRow(roc_metric_name(delta=delta, confidence=confidence), float(res["epsilon_lb"]), None, None,
+                     int(res["n_pos"]), int(res["n_neg"]), None if independent else FLAG_INDICATIVE)

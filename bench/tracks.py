@@ -29,7 +29,8 @@ from bench.hashing import content_hash
 
 TRACK_DIR = Path(__file__).resolve().parent / "tracks"
 #: what a track freezes: a suite naming the track may not set these
-FROZEN_KEYS = ("seeds", "tasks", "models", "attacks", "games", "world", "reference", "metrics", "utility", "shadows")
+FROZEN_KEYS = ("seeds", "tasks", "models", "attacks", "games", "world", "reference", "metrics", "utility", "shadows",
+               "audit")
 #: what a suite naming a track may set
 OPEN_KEYS = ("track", "name", "description", "defenses", "device")
 #: the anchors every track adds ahead of the suite's defenses

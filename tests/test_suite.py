@@ -324,3 +324,15 @@ def test_report_shows_swept_k(smoke_raw):
     assert "min_k  k=0.05: 0.720  k=0.1: 0.700  k=0.2: 0.660  k=0.5: 0.610" in sweep
     assert sweep in text
     assert sweep_summary([r for r in rows if r["attack"] == "loss"]) == ""   # nothing swept: no section
+
+
+def test_audit_settings_default_validate_and_key_only_when_changed(smoke_raw):
+    base = parse_suite(smoke_raw)
+    assert base.audit == {"delta": 1e-5, "confidence": 0.95}
+    assert "audit" not in base.config  # defaults: run keys of earlier suites unchanged
+    assert parse_suite(variant(smoke_raw, audit={"delta": 1e-5})).config_hash == base.config_hash
+    other = parse_suite(variant(smoke_raw, audit={"delta": 1e-6, "confidence": 0.99}))
+    assert other.audit == {"delta": 1e-6, "confidence": 0.99} and other.config_hash != base.config_hash
+    for bad in ({"delta": 1.5}, {"confidence": 1.0}, {"confidence": 0.0}, {"epsilon": 1.0}):
+        with pytest.raises(ConfigError, match="audit"):
+            parse_suite(variant(smoke_raw, audit=bad))
