@@ -47,6 +47,8 @@ __all__ = [
     "roc_metric_name",
     "roc_epsilon_row",
     "FLAG_INDICATIVE",
+    "one_run_grid",
+    "one_run_row",
 ]
 
 #: flag of an ε lower bound computed from targets that are not independent trials (all scored on one model)
@@ -528,3 +530,27 @@ def roc_epsilon_row(labels, scores, *, delta: float, confidence: float = 0.95,
     res = epsilon_lower_bound(labels, scores, delta=delta, confidence=confidence)
     return MetricRow(roc_metric_name(delta=delta, confidence=confidence), float(res["epsilon_lb"]), None, None,
                      int(res["n_pos"]), int(res["n_neg"]), None if independent else FLAG_INDICATIVE)
+
+
+#: fractions of the m canaries guessed at each end in the audit game's fixed grid (k = ⌈f m⌉)
+ONE_RUN_FRACTIONS = (0.05, 0.1, 0.25)
+
+
+def one_run_grid(n_canaries: int) -> list[tuple[int, int]]:
+    """The audit game's fixed grid of (k_plus, k_minus), set from m alone (never from labels or scores): guess
+    "in" for the top k, and either abstain on the rest or also guess "out" for the bottom k (Steinke, Nasr and
+    Jagielski 2023 guess both ends or the top only)."""
+    m = _check_count("n_canaries", n_canaries, 2)
+    ks = sorted({max(1, math.ceil(f * m)) for f in ONE_RUN_FRACTIONS if 2 * max(1, math.ceil(f * m)) <= m})
+    return [(k, k) for k in ks] + [(k, 0) for k in ks]
+
+
+def one_run_row(labels, scores, *, delta: float, confidence: float = 0.95) -> MetricRow:
+    """The audit game's one-run ε lower bound (:func:`best_one_run_audit` over :func:`one_run_grid`), valid at
+    ``confidence`` from one training run because each canary was included independently with probability 1/2.
+    Named like :func:`roc_metric_name` with ``one_run`` for ``roc``; never flagged indicative."""
+    y = np.asarray(labels)
+    res = best_one_run_audit(labels, scores, delta=delta, confidence=confidence, grid=one_run_grid(len(y)))
+    name = roc_metric_name(delta=delta, confidence=confidence).replace("eps_lb_roc", "eps_lb_one_run")
+    n_pos = int((y == 1).sum())
+    return MetricRow(name, float(res["epsilon_lb"]), None, None, n_pos, int(len(y) - n_pos), None)

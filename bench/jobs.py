@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from bench.attack import MetricContext, evaluate_attack
-from bench.audit import roc_epsilon_row
+from bench.audit import one_run_row, roc_epsilon_row
 from bench.blind import applies_to as blind_applies, blind_baseline
 from bench.device import release_memory
 from bench.errors import PluginError
@@ -251,6 +251,8 @@ def _evaluate(w: Worlds, p: EvaluateJob, done_evals) -> JobResult:
                               alpha=s.metrics["alpha"], seed=p.seed)
     # the ε lower bound (bench/audit.py), flagged indicative: the targets share one model, not independent trials
     rows.append(roc_epsilon_row(inst.labels, scores, delta=s.audit["delta"], confidence=s.audit["confidence"]))
+    if inst.spec.audit_pool:  # canaries in D with probability 1/2 each: the one-run bound is valid here
+        rows.append(one_run_row(inst.labels, scores, delta=s.audit["delta"], confidence=s.audit["confidence"]))
     if inst.spec.null_split:
         rows = flag_underpowered_null(rows)
     if blind_applies(data):  # a known split: is a high AUC leakage, or members and non-members that differ?

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from bench.errors import ConfigError, PrivbenchError
-from bench.game import WORLD_PARAMS, GameSpec, resolve_games
+from bench.game import WORLD_PARAMS, GameSpec, keyed_world, resolve_games
 from bench.hashing import content_hash
 from bench.modeling import ModelSpec, resolve_spec
 from bench.params import validate_params
@@ -22,6 +22,8 @@ from bench.registry import ATTACKS, DEFENSES, TASKS
 
 #: δ at which every evaluation's ε lower bound is computed, and the bound's confidence level
 AUDIT_DEFAULTS: dict[str, Any] = {"delta": 1e-5, "confidence": 0.95}
+#: fewest audit canaries the audit game accepts (its guess grid takes at least one of 20)
+MIN_AUDIT_CANARIES = 20
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 TOP_KEYS = {"name", "description", "seeds", "tasks", "models", "defenses", "attacks", "games", "world",
             "reference", "shadows", "metrics", "utility", "device", "track", "audit"}
@@ -81,7 +83,7 @@ class Suite:
                          for e in self.defenses],
             "attacks": [{"label": e.label, "name": e.name, "version": e.instance.version,
                          "params": e.instance.config} for e in self.attacks],
-            "games": [g.name for g in self.games], "world": self.world, "reference": self.reference,
+            "games": [g.name for g in self.games], "world": keyed_world(self.world), "reference": self.reference,
             "metrics": self.metrics, "utility": self.utility, "device": self.device, "shadows": self.shadows,
             **({"track": self.track} if self.track else {}),
             # only when not the defaults, so that the run keys of suites written before the audit stay the same
@@ -264,6 +266,9 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
                               f"{', '.join(x.label for x in defenses if not x.match)}")
     games = resolve_games(raw.get("games", "all"))
     world = validate_params(f"suite '{name}' world", WORLD_PARAMS, raw.get("world"))
+    if any(g.audit_pool for g in games) and world["n_audit"] < MIN_AUDIT_CANARIES:
+        raise ConfigError(f"suite '{name}': the audit game needs an audit pool, but world n_audit is "
+                          f"{world['n_audit']}: set world n_audit to at least {MIN_AUDIT_CANARIES} (e.g. 200)")
     known_a = all(t.instance.known_pretraining_membership for t in tasks)
     for spec in models:
         if spec.source == "hf" and not known_a:

@@ -398,3 +398,11 @@ def test_roc_epsilon_row_names_level_and_delta_and_flags_dependent_targets():
     assert chance.metric.startswith("eps_lb_roc@99%") and chance.value < 0.5
     with pytest.raises(MetricError, match="delta"):
         roc_epsilon_row(y, s, delta=2.0)
+
+
+def test_one_run_grid_is_fixed_by_m_and_fits():
+    from bench.audit import one_run_grid
+    assert one_run_grid(100) == [(5, 5), (10, 10), (25, 25), (5, 0), (10, 0), (25, 0)]
+    assert all(kp + km <= 20 and kp >= 1 for kp, km in one_run_grid(20))
+    with pytest.raises(MetricError, match="n_canaries"):
+        one_run_grid(1)

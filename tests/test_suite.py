@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from bench.errors import ConfigError
-from bench.game import GAMES
+from bench.game import DEFAULT_GAMES, GAMES
 from bench.suite import SUITE_DIR, bundled_suites, find_suite, load_suite, parse_suite
 
 SMOKE_ATTACKS = ["loss", "zlib", "min_k", "min_k_pp", "reference"]
@@ -49,7 +49,7 @@ def test_smoke_suite_loads():
     s = load_suite("smoke")
     assert "smoke" in bundled_suites()
     assert s.name == "smoke" and s.path.endswith("smoke.yaml")
-    assert [g.name for g in s.games] == list(GAMES) and len(s.games) == 7
+    assert [g.name for g in s.games] == list(DEFAULT_GAMES) and len(s.games) == 7
     assert [a.label for a in s.attacks] == SMOKE_ATTACKS
     assert [type(a.instance).name for a in s.attacks] == SMOKE_ATTACKS
     assert [d.label for d in s.defenses] == ["none", "finetune", "lora"]
@@ -57,7 +57,7 @@ def test_smoke_suite_loads():
     assert [m.name for m in s.models] == ["nano"] and s.models[0].pretrain_tokens == 250000
     assert s.seeds == [0] and s.reference is True
     assert s.world == {"n_per_group": 60, "n_null": 400, "adapt_background": 60, "pretrain_target_repeats": 1,
-                       "adapt_target_repeats": None, "n_validation": 100}
+                       "adapt_target_repeats": None, "n_validation": 100, "n_audit": 0}
     assert s.metrics["n_boot"] == 500 and s.metrics["alpha"] == 0.05  # given, and a default filled in
     assert s.utility == {"n_heldout": 200, "n_generate": 24, "prompt_tokens": 32, "max_new_tokens": 32,
                          "retained": None}
