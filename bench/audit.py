@@ -49,6 +49,9 @@ __all__ = [
     "FLAG_INDICATIVE",
     "one_run_grid",
     "one_run_row",
+    "claim_row",
+    "FLAG_CLAIM_VIOLATED",
+    "FLAG_CLAIM_OK",
 ]
 
 #: flag of an ε lower bound computed from targets that are not independent trials (all scored on one model)
@@ -554,3 +557,48 @@ def one_run_row(labels, scores, *, delta: float, confidence: float = 0.95) -> Me
     name = roc_metric_name(delta=delta, confidence=confidence).replace("eps_lb_roc", "eps_lb_one_run")
     n_pos = int((y == 1).sum())
     return MetricRow(name, float(res["epsilon_lb"]), None, None, n_pos, int(len(y) - n_pos), None)
+
+
+FLAG_CLAIM_VIOLATED = "claim_violated"
+FLAG_CLAIM_OK = "claim_ok"
+
+
+def claimed_epsilon(guarantee: dict | None, repeats: int) -> tuple[float, float] | None:
+    """The (ε, δ) a defense's guarantee claims for one audit canary inserted ``repeats`` times, or None when it
+    claims nothing finite (no guarantee, ε = inf). A canary repeated r > 1 times is a group of r records, so the
+    group-privacy bound (``group_epsilon``, ``group_delta``, valid for groups up to ``group_k``) is the claim."""
+    if not guarantee or guarantee.get("name") != "epsilon" or guarantee.get("delta") is None:
+        return None
+    eps, delta = float(guarantee["value"]), float(guarantee["delta"])
+    if repeats > 1:
+        if int(guarantee.get("group_k") or 1) < repeats or "group_epsilon" not in guarantee:
+            return None
+        eps, delta = float(guarantee["group_epsilon"]), float(guarantee["group_delta"])
+    if not math.isfinite(eps) or not (0.0 <= delta < 1.0):
+        return None
+    return eps, delta
+
+
+def claim_row(labels, scores, guarantee: dict | None, *, confidence: float = 0.95,
+              repeats: int = 1) -> MetricRow | None:
+    """The verdict on a defense's DP claim from one audit game: ``dp_claim@<confidence>%,delta=<claimed δ>`` with
+    value = the claimed ε, ci_low = the one-run ε lower bound recomputed *at the claimed δ* (an audit at a smaller
+    δ would test a stronger guarantee than claimed), flag :data:`FLAG_CLAIM_VIOLATED` iff ε_lb > claimed ε,
+    else :data:`FLAG_CLAIM_OK`. None when the defense claims no finite (ε, δ).
+
+    False positives: if the release really is (ε, δ)-DP, the one-run bound exceeds ε with probability at most
+    1 − confidence (Steinke, Nasr and Jagielski 2023, with the grid's Bonferroni correction), so a correct
+    defense is flagged violated in at most that fraction of seeds. Taking the worst of A attacks' verdicts
+    raises this to A (1 − confidence) (union bound).
+    """
+    claim = claimed_epsilon(guarantee, repeats)
+    if claim is None:
+        return None
+    eps_c, delta_c = claim
+    y = np.asarray(labels)
+    res = best_one_run_audit(labels, scores, delta=delta_c, confidence=confidence, grid=one_run_grid(len(y)))
+    verdict = claim_check(eps_c, res, claimed_delta=delta_c)
+    n_pos = int((y == 1).sum())
+    name = roc_metric_name(delta=delta_c, confidence=confidence).replace("eps_lb_roc", "dp_claim")
+    return MetricRow(name, eps_c, float(res["epsilon_lb"]), None, n_pos, int(len(y) - n_pos),
+                     FLAG_CLAIM_VIOLATED if verdict["violated"] else FLAG_CLAIM_OK)
