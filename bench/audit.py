@@ -34,7 +34,7 @@ from scipy.special import expit
 from scipy.stats import beta, binom
 
 from bench.errors import MetricError
-from bench.metrics import roc_curve_points, validate_scores
+from bench.metrics import MetricRow, roc_curve_points, validate_scores
 
 __all__ = [
     "epsilon_lower_bound",
@@ -44,7 +44,19 @@ __all__ = [
     "one_run_audit",
     "best_one_run_audit",
     "claim_check",
+    "roc_metric_name",
+    "roc_epsilon_row",
+    "FLAG_INDICATIVE",
+    "one_run_grid",
+    "one_run_row",
+    "claim_row",
+    "FLAG_CLAIM_VIOLATED",
+    "FLAG_CLAIM_OK",
 ]
+
+#: flag of an ε lower bound computed from targets that are not independent trials (all scored on one model)
+FLAG_INDICATIVE = "indicative"
+
 
 #: width (in ε) at which the bisection for the one-run bound stops; the lower end is returned
 _EPS_TOL = 1e-9
@@ -492,3 +504,101 @@ def claim_check(claimed_epsilon: float, audited: dict, *, claimed_delta: float |
         "confidence": audited.get("confidence"),
         "delta": audited.get("delta"),
     }
+
+
+# ------------------------------------------------------------------------------- rows for the store
+
+
+def _pct(confidence: float) -> str:
+    return format(round(float(confidence) * 100.0, 10), ".10g")
+
+
+def roc_metric_name(*, delta: float, confidence: float) -> str:
+    """Metric name of the ROC ε lower bound: ``eps_lb_roc@95%,delta=1e-05`` (the level and δ travel with it)."""
+    return f"eps_lb_roc@{_pct(_check_confidence(confidence))}%,delta={_check_delta(delta):g}"
+
+
+def roc_epsilon_row(labels, scores, *, delta: float, confidence: float = 0.95,
+                    independent: bool = False) -> MetricRow:
+    """The :func:`epsilon_lower_bound` of one evaluation as a metric row (ci columns left empty: the bound *is*
+    the lower end of a one-sided interval at the level named in the metric).
+
+    When it is valid: only when every target is an independent trial of the membership game (one training run
+    per target, or per disjoint batch of targets), which is what the Clopper–Pearson counts assume. The
+    runner's games score many targets on *one* adapted model, so their outcomes are dependent and the bound is
+    only indicative there: the row is flagged :data:`FLAG_INDICATIVE` unless ``independent=True``. The
+    ``audit`` game (canaries included with probability 1/2 each, :func:`best_one_run_audit`) is the valid
+    procedure for one training run.
+    """
+    res = epsilon_lower_bound(labels, scores, delta=delta, confidence=confidence)
+    return MetricRow(roc_metric_name(delta=delta, confidence=confidence), float(res["epsilon_lb"]), None, None,
+                     int(res["n_pos"]), int(res["n_neg"]), None if independent else FLAG_INDICATIVE)
+
+
+#: fractions of the m canaries guessed at each end in the audit game's fixed grid (k = ⌈f m⌉)
+ONE_RUN_FRACTIONS = (0.05, 0.1, 0.25)
+
+
+def one_run_grid(n_canaries: int) -> list[tuple[int, int]]:
+    """The audit game's fixed grid of (k_plus, k_minus), set from m alone (never from labels or scores): guess
+    "in" for the top k, and either abstain on the rest or also guess "out" for the bottom k (Steinke, Nasr and
+    Jagielski 2023 guess both ends or the top only)."""
+    m = _check_count("n_canaries", n_canaries, 2)
+    ks = sorted({max(1, math.ceil(f * m)) for f in ONE_RUN_FRACTIONS if 2 * max(1, math.ceil(f * m)) <= m})
+    return [(k, k) for k in ks] + [(k, 0) for k in ks]
+
+
+def one_run_row(labels, scores, *, delta: float, confidence: float = 0.95) -> MetricRow:
+    """The audit game's one-run ε lower bound (:func:`best_one_run_audit` over :func:`one_run_grid`), valid at
+    ``confidence`` from one training run because each canary was included independently with probability 1/2.
+    Named like :func:`roc_metric_name` with ``one_run`` for ``roc``; never flagged indicative."""
+    y = np.asarray(labels)
+    res = best_one_run_audit(labels, scores, delta=delta, confidence=confidence, grid=one_run_grid(len(y)))
+    name = roc_metric_name(delta=delta, confidence=confidence).replace("eps_lb_roc", "eps_lb_one_run")
+    n_pos = int((y == 1).sum())
+    return MetricRow(name, float(res["epsilon_lb"]), None, None, n_pos, int(len(y) - n_pos), None)
+
+
+FLAG_CLAIM_VIOLATED = "claim_violated"
+FLAG_CLAIM_OK = "claim_ok"
+
+
+def claimed_epsilon(guarantee: dict | None, repeats: int) -> tuple[float, float] | None:
+    """The (ε, δ) a defense's guarantee claims for one audit canary inserted ``repeats`` times, or None when it
+    claims nothing finite (no guarantee, ε = inf). A canary repeated r > 1 times is a group of r records, so the
+    group-privacy bound (``group_epsilon``, ``group_delta``, valid for groups up to ``group_k``) is the claim."""
+    if not guarantee or guarantee.get("name") != "epsilon" or guarantee.get("delta") is None:
+        return None
+    eps, delta = float(guarantee["value"]), float(guarantee["delta"])
+    if repeats > 1:
+        if int(guarantee.get("group_k") or 1) < repeats or "group_epsilon" not in guarantee:
+            return None
+        eps, delta = float(guarantee["group_epsilon"]), float(guarantee["group_delta"])
+    if not math.isfinite(eps) or not (0.0 <= delta < 1.0):
+        return None
+    return eps, delta
+
+
+def claim_row(labels, scores, guarantee: dict | None, *, confidence: float = 0.95,
+              repeats: int = 1) -> MetricRow | None:
+    """The verdict on a defense's DP claim from one audit game: ``dp_claim@<confidence>%,delta=<claimed δ>`` with
+    value = the claimed ε, ci_low = the one-run ε lower bound recomputed *at the claimed δ* (an audit at a smaller
+    δ would test a stronger guarantee than claimed), flag :data:`FLAG_CLAIM_VIOLATED` iff ε_lb > claimed ε,
+    else :data:`FLAG_CLAIM_OK`. None when the defense claims no finite (ε, δ).
+
+    False positives: if the release really is (ε, δ)-DP, the one-run bound exceeds ε with probability at most
+    1 − confidence (Steinke, Nasr and Jagielski 2023, with the grid's Bonferroni correction), so a correct
+    defense is flagged violated in at most that fraction of seeds. Taking the worst of A attacks' verdicts
+    raises this to A (1 − confidence) (union bound).
+    """
+    claim = claimed_epsilon(guarantee, repeats)
+    if claim is None:
+        return None
+    eps_c, delta_c = claim
+    y = np.asarray(labels)
+    res = best_one_run_audit(labels, scores, delta=delta_c, confidence=confidence, grid=one_run_grid(len(y)))
+    verdict = claim_check(eps_c, res, claimed_delta=delta_c)
+    n_pos = int((y == 1).sum())
+    name = roc_metric_name(delta=delta_c, confidence=confidence).replace("eps_lb_roc", "dp_claim")
+    return MetricRow(name, eps_c, float(res["epsilon_lb"]), None, n_pos, int(len(y) - n_pos),
+                     FLAG_CLAIM_VIOLATED if verdict["violated"] else FLAG_CLAIM_OK)

@@ -105,6 +105,40 @@ def run(
 
 
 @app.command()
+def audit(
+    suite: str = typer.Option(..., "--suite", "-s", help="Bundled suite name (e.g. audit) or path to a YAML file."),
+    db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),
+    cache: Optional[str] = typer.Option(None, "--cache", help="Artifact cache dir (default $PRIVBENCH_CACHE or "
+                                                              "~/.cache/privbench)."),
+    quiet: bool = typer.Option(True, "--quiet/--progress", help="No progress output; print only the table."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv"),
+) -> None:
+    """Run only the audit games of a suite and print, per defense: claimed ε, ε lower bounds, verdict."""
+    import dataclasses
+
+    from bench.audit_report import audit_rows
+    from bench.cache import ArtifactCache
+    from bench.report import format_rows
+    from bench.runner import Runner
+    from bench.suite import load_suite
+
+    s = load_suite(suite)
+    games = [g for g in s.games if g.audit_pool]
+    if not games:
+        raise PrivbenchError(f"suite '{s.name}' has no audit game: add `audit` to its games and set world n_audit "
+                             f"(e.g. 100), or use the bundled suite `audit`")
+    s = dataclasses.replace(s, games=games)
+    store = _store(db)
+    result = Runner(s, store, ArtifactCache(cache), command=" ".join(["privbench"] + sys.argv[1:]),
+                    quiet=quiet).run()
+    typer.echo(format_rows(audit_rows(store.metric_rows(result.run_id)), fmt))
+    if fmt == "table":
+        typer.echo(f"\nrun {result.run_id} ({result.status}) in {result.seconds:.1f}s; confidence: of the largest "
+                   f"bound over the attacks (1 - attacks x (1 - suite confidence)); a verdict per attack holds at the "
+                   f"suite's confidence ({s.audit['confidence']}). docs/audit.md says when each bound is valid.")
+
+
+@app.command()
 def plan(
     suite: str = typer.Option(..., "--suite", "-s", help="Bundled suite name (smoke, quick) or path to a YAML file."),
     db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),

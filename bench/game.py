@@ -16,10 +16,13 @@ joint/seen (x ∈ S)      θ and θ'      (1,1)           (1,0)
 joint/both              θ and θ'      (1,1)           (0,0)
 post_adapt (x ∉ D)      θ and θ'      (1,0)           (0,0)
 null (control)          θ'            half of N       other half of N
+audit                   θ'            C with c=1      C with c=0
 ======================  ============  ==============  ==============
 
 The four groups have equal sizes, so ``a`` and ``b`` are independent; ``N`` is a separate pool of
-never-inserted units that only the null game shows.
+never-inserted units that only the null game shows. ``C`` is a separate pool of ``n_audit`` audit canaries
+(empty by default), each put into D *independently with probability 1/2* (bit ``c``): the design of the one-run
+audit of Steinke, Nasr and Jagielski 2023, which only the audit game shows (:mod:`bench.audit`).
 
 The attacker receives an :class:`AttackerView`: the targets in shuffled
 order with opaque ids, restricted model handles and attacker-owned data.
@@ -51,12 +54,14 @@ from bench.lm import (
 )
 from bench.params import Param, validate_params
 from bench.task import TaskData
-from bench.units import GROUPS, NULL_POOL, draw_unit_groups, group_targets_by_unit, owners_of, secrets_of, unit_samples
+from bench.units import (
+    AUDIT_POOL, GROUPS, NULL_POOL, draw_unit_groups, group_targets_by_unit, owners_of, secrets_of, unit_samples,
+)
 
 #: version of the game's draw and labels; part of every world key, so results of another game version never mix
 #: (2: four equal groups and a separate null pool, salted draws, label-free pretraining hooks)
 GAME_VERSION = "2"
-STAGES = ("pretraining", "adaptation", "joint", "post_adaptation", "control")
+STAGES = ("pretraining", "adaptation", "joint", "post_adaptation", "control", "audit")
 
 
 @dataclass(frozen=True)
@@ -69,6 +74,8 @@ class GameSpec:
     negatives: frozenset
     null_split: bool = False
     description: str = ""
+    #: shows the audit pool C (labels c), not the four groups
+    audit_pool: bool = False
 
 
 GAMES: dict[str, GameSpec] = {g.name: g for g in (
@@ -86,7 +93,12 @@ GAMES: dict[str, GameSpec] = {g.name: g for g in (
              description="x known not in D: was it in S, judged after adaptation? (θ and θ')"),
     GameSpec("null", "control", "adapted", False, frozenset({(0, 0)}), frozenset({(0, 0)}), null_split=True,
              description="control: two random halves of non-members; any AUC far from 0.5 is a leak"),
+    GameSpec("audit", "audit", "adapted", False, frozenset(), frozenset(), audit_pool=True,
+             description="audit canaries, each in D with probability 1/2: a one-run lower bound on ε (needs "
+                         "world n_audit > 0)"),
 )}
+#: the games ``games: all`` selects: the audit game needs its own pool (``n_audit``) and is named explicitly
+DEFAULT_GAMES = tuple(name for name, g in GAMES.items() if not g.audit_pool)
 
 WORLD_PARAMS = (
     Param("n_per_group", int, 100, "units in each of the four groups (0,0), (0,1), (1,0), (1,1): equal sizes keep "
@@ -97,15 +109,26 @@ WORLD_PARAMS = (
     Param("n_validation", int, 100, "records of the adaptation pool after D's background that the data owner holds "
           "back for validation (early stopping); never targets, never trained on", low=0),
     Param("pretrain_target_repeats", int, 1, "copies of each a=1 target inserted into pretraining", low=1),
+    Param("n_audit", int, 0, "audit canaries (pool C, shown only by the audit game), each inserted into D "
+          "independently with probability 1/2; 0 = none", low=0),
     Param("adapt_target_repeats", int, None, "copies of each b=1 target inserted into adaptation (canaries: 1, 3, "
           "10); null = the task's own repeats, else 1", low=1, nullable=True),
 )
 
 
+def keyed_world(world: dict[str, Any]) -> dict[str, Any]:
+    """The world settings as hashed into keys: ``n_audit`` only when > 0, so worlds, runs and tracks written
+    before the audit pool existed keep their keys."""
+    out = dict(world)
+    if not out.get("n_audit"):
+        out.pop("n_audit", None)
+    return out
+
+
 def resolve_games(names: list[str] | str) -> list[GameSpec]:
     from bench.errors import ConfigError
     if names == "all" or names == ["all"]:
-        return list(GAMES.values())
+        return [GAMES[n] for n in DEFAULT_GAMES]
     if isinstance(names, str):
         names = [names]
     if not isinstance(names, list) or not names:
@@ -277,6 +300,7 @@ class Challenger:
         self.unit = data.unit
         sizes = {g: c["n_per_group"] for g in GROUPS}
         sizes[NULL_POOL] = c["n_null"]
+        sizes[AUDIT_POOL] = c["n_audit"]
         salt = [] if secret is None else [int(content_hash("world-secret", secret, length=16), 16)]
         self._salt = salt
         rng = np.random.default_rng([self.seed, int(content_hash(data.fingerprint, length=8), 16), *salt])
@@ -284,8 +308,8 @@ class Challenger:
         self.known_a = bool(data.targets) and all("a" in data.target_meta.get(r.id, {}) for r in data.targets)
         # whole units go to one group (or the null pool)
         drawn = draw_unit_groups(data, sizes, rng, known_a=self.known_a)
-        #: record -> (a, b) for the records of the four groups; null-pool records are not in it
-        self._group: dict[str, tuple[int, int]] = {r: g for r, g in drawn.items() if g != NULL_POOL}
+        #: record -> (a, b) for the records of the four groups; null-pool and audit-pool records are not in it
+        self._group: dict[str, tuple[int, int]] = {r: g for r, g in drawn.items() if g not in (NULL_POOL, AUDIT_POOL)}
         if len(data.adapt) < c["adapt_background"]:
             raise DataError(f"task '{data.name}' has {len(data.adapt)} adaptation records but adapt_background is "
                             f"{c['adapt_background']}: lower it or use more data")
@@ -309,7 +333,12 @@ class Challenger:
                                                          if drawn[r[0]] == NULL_POOL))
         perm = rng.permutation(len(self._null_units))
         self._null_positive = frozenset(self._null_units[i] for i in perm[: len(self._null_units) // 2])
-        key = {"task": data.fingerprint, "world": self.config, "seed": self.seed, "game": GAME_VERSION}
+        #: the audit pool C and its bits c, drawn independently with probability 1/2 from their own stream
+        self._audit_units: tuple[str, ...] = tuple(sorted(u for u, r in self._records.items()
+                                                          if drawn[r[0]] == AUDIT_POOL))
+        coin = np.random.default_rng([self.seed, 23, *salt]).random(len(self._audit_units)) < 0.5
+        self._audit_in = frozenset(u for u, bit in zip(self._audit_units, coin) if bit)
+        key = {"task": data.fingerprint, "world": keyed_world(self.config), "seed": self.seed, "game": GAME_VERSION}
         if secret is not None:
             key["secret"] = content_hash("world-secret-id", secret)
         self.world_key = content_hash(key)
@@ -330,9 +359,10 @@ class Challenger:
 
     def games_defined(self) -> set[str]:
         """Games whose labels this world can honour."""
+        audit = {"audit"} if self._audit_units else set()
         if self.a_uncontrolled:  # a is nominal: only games over b alone, and the control
-            return {"adapt", "null"}
-        return set(GAMES)
+            return {"adapt", "null"} | audit
+        return set(DEFAULT_GAMES) | audit
 
     def adaptation_data(self) -> AdaptationData:
         """D̃ = D ∪ {targets with b=1}, shuffled so nothing marks which records are targets.
@@ -343,6 +373,7 @@ class Challenger:
         n_bg = self.config["adapt_background"]
         reps = self.config["adapt_target_repeats"]
         b1 = [r for r in sorted(self._group) if self._group[r][1] == 1]
+        b1 += [r for u in sorted(self._audit_in) for r in self._records[u]]  # audit canaries with c = 1
         texts = list(self._data.adapt[:n_bg]) + [self._text[r] for r in b1] * reps
         rng = np.random.default_rng([self.seed, 17, *self._salt])
         order = rng.permutation(len(texts))
@@ -385,7 +416,9 @@ class Challenger:
         return self._null_units
 
     def never_inserted(self, unit: str) -> bool:
-        """Whether ``unit`` is in no training data at all: group (0, 0) or the null pool."""
+        """Whether ``unit`` is in no training data at all: group (0, 0), the null pool, or audit canaries with c = 0."""
+        if unit in self._audit_in:
+            return False
         return self._unit_group.get(unit, (0, 0)) == (0, 0)
 
     def is_canary_unit(self, unit: str) -> bool:
@@ -409,7 +442,9 @@ class Challenger:
         rows: list[tuple[str, int]] = []
         if game.null_split:
             rows = [(unit, int(unit in self._null_positive)) for unit in self._null_units]
-        for unit in ([] if game.null_split else sorted(self._unit_group)):
+        if game.audit_pool:
+            rows = [(unit, int(unit in self._audit_in)) for unit in self._audit_units]
+        for unit in ([] if game.null_split or game.audit_pool else sorted(self._unit_group)):
             g = self._unit_group[unit]
             if g in game.positives:
                 rows.append((unit, 1))

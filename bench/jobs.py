@@ -16,6 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from bench.attack import MetricContext, evaluate_attack
+from bench.audit import claim_row, one_run_row, roc_epsilon_row
 from bench.blind import applies_to as blind_applies, blind_baseline
 from bench.device import release_memory
 from bench.errors import PluginError
@@ -248,6 +249,14 @@ def _evaluate(w: Worlds, p: EvaluateJob, done_evals) -> JobResult:
     scores = out.scores
     rows = membership_metrics(inst.labels, scores, fprs=tuple(s.metrics["fprs"]), n_boot=s.metrics["n_boot"],
                               alpha=s.metrics["alpha"], seed=p.seed)
+    # the ε lower bound (bench/audit.py), flagged indicative: the targets share one model, not independent trials
+    rows.append(roc_epsilon_row(inst.labels, scores, delta=s.audit["delta"], confidence=s.audit["confidence"]))
+    if inst.spec.audit_pool:  # canaries in D with probability 1/2 each: the one-run bound is valid here
+        rows.append(one_run_row(inst.labels, scores, delta=s.audit["delta"], confidence=s.audit["confidence"]))
+        verdict = claim_row(inst.labels, scores, w.adapted(p.ti, p.mi, p.seed, p.di)[2].get("guarantee"),
+                            confidence=s.audit["confidence"], repeats=ch.config["adapt_target_repeats"])
+        if verdict is not None:  # the defense claims a finite (ε, δ): is it refuted at the suite's confidence?
+            rows.append(verdict)
     if inst.spec.null_split:
         rows = flag_underpowered_null(rows)
     if blind_applies(data):  # a known split: is a high AUC leakage, or members and non-members that differ?

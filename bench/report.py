@@ -224,6 +224,29 @@ def sweep_summary(rows: list[dict]) -> str:
     return "AUC by swept parameter\n" + "\n".join(lines)
 
 
+def epsilon_summary(rows: list[dict]) -> str:
+    """The largest ε lower bound (``eps_lb_*`` rows, bench/audit.py) per task/model, defense and game, with the
+    attack that reached it; empty when the run has no such rows. Bounds flagged ``indicative`` come from targets
+    scored on one model (not independent trials) and are marked ``~``: evidence of leakage, not a refutation of
+    a DP claim."""
+    best: dict[tuple, tuple[float, str, str, bool]] = {}
+    for r in rows:
+        name = str(r.get("metric", ""))
+        if not name.startswith("eps_lb_"):
+            continue
+        key = (str(r.get("task")), str(r.get("model")), str(r.get("defense")), str(r.get("game")), name)
+        value = float(r["value"])
+        if key not in best or value > best[key][0]:
+            best[key] = (value, str(r.get("attack")), name, "indicative" in str(r.get("flag") or ""))
+    if not best:
+        return ""
+    lines = ["Largest ε lower bound per defense and game (~ = indicative: targets share one model)"]
+    for (task, model, defense, game, _), (value, attack, name, indicative) in sorted(best.items()):
+        lines.append(f"  {task}/{model} {defense} / {game}  {name}  {value:.3f}{'~' if indicative else ' '}  "
+                     f"({attack})")
+    return "\n".join(lines)
+
+
 def _chunks(attacks: list[str], widths: dict[str, int], budget: int) -> Iterable[list[str]]:
     """Split attack columns into groups that fit next to the row label."""
     chunk: list[str] = []
@@ -324,4 +347,7 @@ def summarize(rows: list[dict]) -> str:
     sweeps = sweep_summary(rows)
     if sweeps:
         out += ["", sweeps]
+    eps = epsilon_summary(rows)
+    if eps:
+        out += ["", eps]
     return "\n".join(out)

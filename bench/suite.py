@@ -14,15 +14,19 @@ from typing import Any
 import yaml
 
 from bench.errors import ConfigError, PrivbenchError
-from bench.game import WORLD_PARAMS, GameSpec, resolve_games
+from bench.game import WORLD_PARAMS, GameSpec, keyed_world, resolve_games
 from bench.hashing import content_hash
 from bench.modeling import ModelSpec, resolve_spec
 from bench.params import validate_params
 from bench.registry import ATTACKS, DEFENSES, TASKS
 
+#: δ at which every evaluation's ε lower bound is computed, and the bound's confidence level
+AUDIT_DEFAULTS: dict[str, Any] = {"delta": 1e-5, "confidence": 0.95}
+#: fewest audit canaries the audit game accepts (its guess grid takes at least one of 20)
+MIN_AUDIT_CANARIES = 20
 SUITE_DIR = Path(__file__).resolve().parent / "suites"
 TOP_KEYS = {"name", "description", "seeds", "tasks", "models", "defenses", "attacks", "games", "world",
-            "reference", "shadows", "metrics", "utility", "device", "track"}
+            "reference", "shadows", "metrics", "utility", "device", "track", "audit"}
 
 
 @dataclass
@@ -57,6 +61,8 @@ class Suite:
     utility_ood: PluginEntry | None = None
     #: the frozen track the suite runs on (bench/tracks.py): {"name", "hash", "headline_game"}, or None
     track: dict[str, Any] | None = None
+    #: δ and confidence of the ε lower bounds (bench/audit.py): {"delta", "confidence"}
+    audit: dict[str, Any] = field(default_factory=lambda: dict(AUDIT_DEFAULTS))
 
     @property
     def retained_anchor(self) -> PluginEntry | None:
@@ -77,9 +83,11 @@ class Suite:
                          for e in self.defenses],
             "attacks": [{"label": e.label, "name": e.name, "version": e.instance.version,
                          "params": e.instance.config} for e in self.attacks],
-            "games": [g.name for g in self.games], "world": self.world, "reference": self.reference,
+            "games": [g.name for g in self.games], "world": keyed_world(self.world), "reference": self.reference,
             "metrics": self.metrics, "utility": self.utility, "device": self.device, "shadows": self.shadows,
             **({"track": self.track} if self.track else {}),
+            # only when not the defaults, so that the run keys of suites written before the audit stay the same
+            **({"audit": self.audit} if self.audit != AUDIT_DEFAULTS else {}),
         }
 
     @property
@@ -258,6 +266,9 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
                               f"{', '.join(x.label for x in defenses if not x.match)}")
     games = resolve_games(raw.get("games", "all"))
     world = validate_params(f"suite '{name}' world", WORLD_PARAMS, raw.get("world"))
+    if any(g.audit_pool for g in games) and world["n_audit"] < MIN_AUDIT_CANARIES:
+        raise ConfigError(f"suite '{name}': the audit game needs an audit pool, but world n_audit is "
+                          f"{world['n_audit']}: set world n_audit to at least {MIN_AUDIT_CANARIES} (e.g. 200)")
     known_a = all(t.instance.known_pretraining_membership for t in tasks)
     for spec in models:
         if spec.source == "hf" and not known_a:
@@ -304,10 +315,16 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         Param("records", int, 180, "population records each shadow is adapted on (≈ the size of D̃)", low=4),
         Param("n_population", int, 300, "held-out population records: RMIA's population sample Z", low=4),
     ), raw.get("shadows") or {})
+    audit = validate_params(f"suite '{name}' audit", (
+        Param("delta", float, AUDIT_DEFAULTS["delta"], "δ of the ε lower bounds (compare with a DP claim's δ: the "
+              "audit δ must be >= the claimed δ)", low=0.0, high=1.0, high_inclusive=False),
+        Param("confidence", float, AUDIT_DEFAULTS["confidence"], "confidence level of the ε lower bounds",
+              low=0.0, high=1.0, low_inclusive=False, high_inclusive=False),
+    ), raw.get("audit") or {})
     device = raw.get("device", "auto")
     if not isinstance(device, str):
         raise ConfigError(f"suite '{name}': 'device' must be a string like auto, cpu or cuda")
     return Suite(name=str(name), description=str(raw.get("description", "")), path=path, raw=raw, seeds=seeds,
                  tasks=tasks, models=models, defenses=defenses, attacks=attacks, games=games, world=world,
                  reference=ref, metrics=metrics, utility=utility, device=device, shadows=shadows,
-                 utility_ood=utility_ood)
+                 utility_ood=utility_ood, audit=audit)

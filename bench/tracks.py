@@ -29,7 +29,8 @@ from bench.hashing import content_hash
 
 TRACK_DIR = Path(__file__).resolve().parent / "tracks"
 #: what a track freezes: a suite naming the track may not set these
-FROZEN_KEYS = ("seeds", "tasks", "models", "attacks", "games", "world", "reference", "metrics", "utility", "shadows")
+FROZEN_KEYS = ("seeds", "tasks", "models", "attacks", "games", "world", "reference", "metrics", "utility", "shadows",
+               "audit")
 #: what a suite naming a track may set
 OPEN_KEYS = ("track", "name", "description", "defenses", "device")
 #: the anchors every track adds ahead of the suite's defenses
@@ -65,7 +66,7 @@ class Track:
 
         Models enter as written (name and parameters), not resolved: a released checkpoint resolves to a local
         path, which must not make the same track hash differently on two machines."""
-        from bench.game import GAME_VERSION, WORLD_PARAMS
+        from bench.game import GAME_VERSION, WORLD_PARAMS, keyed_world
         from bench.params import validate_params
         from bench.registry import ATTACKS, DEFENSES, TASKS
 
@@ -80,7 +81,7 @@ class Track:
 
         frozen = {k: self.raw[k] for k in FROZEN_KEYS if k in self.raw}
         frozen.update(tasks=resolved(self.raw["tasks"], TASKS), attacks=resolved(self.raw["attacks"], ATTACKS),
-                      world=validate_params("world", WORLD_PARAMS, self.raw.get("world")))
+                      world=keyed_world(validate_params("world", WORLD_PARAMS, self.raw.get("world"))))
         return content_hash("track", self.name, frozen, resolved(self.anchors, DEFENSES), self.headline_game,
                             GAME_VERSION, length=12)
 

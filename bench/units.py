@@ -45,14 +45,17 @@ if TYPE_CHECKING:
     from bench.metrics import MetricRow
     from bench.task import TaskData
 
-__all__ = ["GROUPS", "NULL_POOL", "UNIT_META_KEYS", "unit_key", "group_targets_by_unit", "draw_unit_groups",
-           "unit_samples", "owners_of", "SECRET_RUN", "defender_secrets", "secrets_of", "canary_unit_metrics"]
+__all__ = ["GROUPS", "NULL_POOL", "AUDIT_POOL", "UNIT_META_KEYS", "unit_key", "group_targets_by_unit",
+           "draw_unit_groups", "unit_samples", "owners_of", "SECRET_RUN", "defender_secrets", "secrets_of",
+           "canary_unit_metrics"]
 
 
 #: the four (a, b) groups of the holistic audit game: a = inserted into pretraining, b = into adaptation
 GROUPS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (1, 0), (1, 1))
 #: the separate pool of never-inserted units the null game splits in half (never part of a 2×2 game)
 NULL_POOL = "null"
+#: the separate pool of audit canaries, each put into the adaptation data with probability 1/2 (the audit game)
+AUDIT_POOL = "audit"
 #: the ``target_meta`` key that names a target's unit, per membership unit
 UNIT_META_KEYS = {"user": "user", "secret": "secret_id"}
 
@@ -103,7 +106,8 @@ def draw_unit_groups(data: TaskData, sizes: dict, rng: np.random.Generator, *,
     units = group_targets_by_unit(data)
     keys = list(units)
     noun = "records" if data.unit == "record" else f"{data.unit}s"
-    order_of_groups: list = list(GROUPS) + ([NULL_POOL] if sizes.get(NULL_POOL) else [])
+    order_of_groups: list = (list(GROUPS) + ([NULL_POOL] if sizes.get(NULL_POOL) else [])
+                             + ([AUDIT_POOL] if sizes.get(AUDIT_POOL) else []))
     out: dict[str, tuple[int, int] | str] = {}
 
     def place(key: str, g) -> None:
@@ -111,7 +115,7 @@ def draw_unit_groups(data: TaskData, sizes: dict, rng: np.random.Generator, *,
             out[data.targets[i].id] = g
 
     def a_bit(g) -> int:
-        return 0 if g == NULL_POOL else g[0]
+        return 0 if g in (NULL_POOL, AUDIT_POOL) else g[0]
 
     if known_a:
         a_of: dict[str, int] = {}
@@ -138,7 +142,8 @@ def draw_unit_groups(data: TaskData, sizes: dict, rng: np.random.Generator, *,
     need = sum(sizes[g] for g in order_of_groups)
     if len(keys) < need:
         raise DataError(f"task '{data.name}' has {len(keys)} target {noun} but the world needs {need} "
-                        f"(4 × n_per_group + n_null, counted in {noun}): lower them in the suite's `world` or use "
+                        f"(4 × n_per_group + n_null + n_audit, counted in {noun}): lower them in the suite's `world` "
+                        f"or use "
                         f"more data")
     chosen = rng.permutation(len(keys))[:need]
     start = 0

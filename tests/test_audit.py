@@ -19,6 +19,8 @@ from bench.audit import (
     one_run_epsilon_lb,
     one_run_guesses,
     one_run_p_value,
+    roc_epsilon_row,
+    roc_metric_name,
 )
 from bench.errors import MetricError
 
@@ -380,3 +382,27 @@ def test_claim_check():
         claim_check(1.0, {"eps": 3.0})
     with pytest.raises(MetricError, match=">= 0"):
         claim_check(-1.0, audited)
+
+
+def test_roc_epsilon_row_names_level_and_delta_and_flags_dependent_targets():
+    rng = np.random.default_rng(0)
+    y = np.r_[np.ones(500), np.zeros(500)]
+    s = np.r_[rng.normal(3.0, 1.0, 500), rng.normal(0.0, 1.0, 500)]  # a strong, clearly separable attack
+    row = roc_epsilon_row(y, s, delta=1e-5, confidence=0.95)
+    assert row.metric == roc_metric_name(delta=1e-5, confidence=0.95) == "eps_lb_roc@95%,delta=1e-05"
+    assert row.value == pytest.approx(epsilon_lower_bound(y, s, delta=1e-5, confidence=0.95)["epsilon_lb"])
+    assert row.value > 0.5 and (row.n_pos, row.n_neg) == (500, 500)
+    assert row.flag == "indicative" and row.ci_low is None
+    assert roc_epsilon_row(y, s, delta=1e-5, independent=True).flag is None
+    chance = roc_epsilon_row(y, rng.normal(size=1000), delta=1e-5, confidence=0.99)
+    assert chance.metric.startswith("eps_lb_roc@99%") and chance.value < 0.5
+    with pytest.raises(MetricError, match="delta"):
+        roc_epsilon_row(y, s, delta=2.0)
+
+
+def test_one_run_grid_is_fixed_by_m_and_fits():
+    from bench.audit import one_run_grid
+    assert one_run_grid(100) == [(5, 5), (10, 10), (25, 25), (5, 0), (10, 0), (25, 0)]
+    assert all(kp + km <= 20 and kp >= 1 for kp, km in one_run_grid(20))
+    with pytest.raises(MetricError, match="n_canaries"):
+        one_run_grid(1)

@@ -19,7 +19,7 @@ import pytest
 from attacks.loss import LossAttack
 from bench.attack import Attack, run_attack
 from bench.errors import CapabilityError, DataError, PluginError
-from bench.game import GAMES, AdaptationData, AttackerView, Challenger, GameInstance, Target
+from bench.game import DEFAULT_GAMES, GAMES, AdaptationData, AttackerView, Challenger, GameInstance, Target
 from bench.lm import LanguageModel, RestrictedModel
 from bench.metrics import roc_auc
 from fakes import UnigramLM, make_task_data
@@ -70,7 +70,8 @@ def text_of(data) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------- the table
 
 def test_games_are_exactly_the_table():
-    assert set(GAMES) == set(EXPECTED)
+    assert set(DEFAULT_GAMES) == set(EXPECTED) and set(GAMES) == set(EXPECTED) | {"audit"}
+    assert GAMES["audit"].audit_pool and not any(GAMES[g].audit_pool for g in EXPECTED)  # tests/test_audit_game.py
     for name, (_, _, _, _, target_model, releases_base) in EXPECTED.items():
         assert GAMES[name].target_model == target_model, name
         assert GAMES[name].releases_base is releases_base, name

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from bench.errors import ConfigError
-from bench.report import format_rows, format_value, summarize
+from bench.report import epsilon_summary, format_rows, format_value, summarize
 
 
 def metric_row(defense, game, attack, value, metric="auc", seed=0, lo=None, hi=None, flag=None):
@@ -103,3 +103,14 @@ def test_summarize_many_attacks_fits_terminal_and_seeds():
 def test_summarize_without_auc():
     assert "no AUC rows" in summarize([metric_row("none", "mia", "loss", 0.1, metric="tpr")])
     assert summarize([]) == "no results to summarize"
+
+
+def test_epsilon_summary_keeps_the_largest_bound_and_marks_indicative_ones():
+    common = dict(task="t", model="m", defense="dp", game="adapt", n_pos=10, n_neg=10, ci_low=None, ci_high=None)
+    rows = [dict(common, attack="loss", metric="eps_lb_roc@95%,delta=1e-05", value=0.4, flag="indicative"),
+            dict(common, attack="zlib", metric="eps_lb_roc@95%,delta=1e-05", value=1.2, flag="indicative"),
+            dict(common, attack="loss", metric="auc", value=0.7, flag=None)]
+    text = epsilon_summary(rows)
+    assert "1.200~" in text and "(zlib)" in text and "0.400" not in text
+    assert epsilon_summary(rows[2:]) == ""
+    assert "Largest ε lower bound" in summarize(rows)

@@ -49,6 +49,9 @@ def test_tiny_run_completes_and_resumes(cache, tmp_path):
     assert result.status == "complete" and result.new_evaluations == 4
     rows = store.metric_rows(result.run_id)
     assert {(r["game"], r["attack"]) for r in rows} == {(g, a) for g in ("adapt", "null") for a in ("loss", "min_k")}
+    # every evaluation carries its ROC ε lower bound at the suite's δ and confidence, flagged indicative
+    eps = [r for r in rows if r["metric"] == "eps_lb_roc@95%,delta=1e-05"]
+    assert len(eps) == 4 and all(r["value"] >= 0.0 and "indicative" in r["flag"] for r in eps)
     # a run that died (recorded as failed) resumes and skips stored evaluations
     store.finish_run(result.run_id, status="failed", error="killed")
     again = Runner(_suite(), store, cache, quiet=True).run()

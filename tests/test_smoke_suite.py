@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.game import GAMES
+from bench.game import DEFAULT_GAMES as GAMES  # the games `games: all` selects
 from bench.store import Store
 
 ATTACKS = ["loss", "zlib", "min_k", "min_k_pp", "reference"]

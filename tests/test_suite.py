@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from bench.errors import ConfigError
-from bench.game import GAMES
+from bench.game import DEFAULT_GAMES, GAMES
 from bench.suite import SUITE_DIR, bundled_suites, find_suite, load_suite, parse_suite
 
 SMOKE_ATTACKS = ["loss", "zlib", "min_k", "min_k_pp", "reference"]
@@ -49,7 +49,7 @@ def test_smoke_suite_loads():
     s = load_suite("smoke")
     assert "smoke" in bundled_suites()
     assert s.name == "smoke" and s.path.endswith("smoke.yaml")
-    assert [g.name for g in s.games] == list(GAMES) and len(s.games) == 7
+    assert [g.name for g in s.games] == list(DEFAULT_GAMES) and len(s.games) == 7
     assert [a.label for a in s.attacks] == SMOKE_ATTACKS
     assert [type(a.instance).name for a in s.attacks] == SMOKE_ATTACKS
     assert [d.label for d in s.defenses] == ["none", "finetune", "lora"]
@@ -57,7 +57,7 @@ def test_smoke_suite_loads():
     assert [m.name for m in s.models] == ["nano"] and s.models[0].pretrain_tokens == 250000
     assert s.seeds == [0] and s.reference is True
     assert s.world == {"n_per_group": 60, "n_null": 400, "adapt_background": 60, "pretrain_target_repeats": 1,
-                       "adapt_target_repeats": None, "n_validation": 100}
+                       "adapt_target_repeats": None, "n_validation": 100, "n_audit": 0}
     assert s.metrics["n_boot"] == 500 and s.metrics["alpha"] == 0.05  # given, and a default filled in
     assert s.utility == {"n_heldout": 200, "n_generate": 24, "prompt_tokens": 32, "max_new_tokens": 32,
                          "retained": None}
@@ -324,3 +324,15 @@ def test_report_shows_swept_k(smoke_raw):
     assert "min_k  k=0.05: 0.720  k=0.1: 0.700  k=0.2: 0.660  k=0.5: 0.610" in sweep
     assert sweep in text
     assert sweep_summary([r for r in rows if r["attack"] == "loss"]) == ""   # nothing swept: no section
+
+
+def test_audit_settings_default_validate_and_key_only_when_changed(smoke_raw):
+    base = parse_suite(smoke_raw)
+    assert base.audit == {"delta": 1e-5, "confidence": 0.95}
+    assert "audit" not in base.config  # defaults: run keys of earlier suites unchanged
+    assert parse_suite(variant(smoke_raw, audit={"delta": 1e-5})).config_hash == base.config_hash
+    other = parse_suite(variant(smoke_raw, audit={"delta": 1e-6, "confidence": 0.99}))
+    assert other.audit == {"delta": 1e-6, "confidence": 0.99} and other.config_hash != base.config_hash
+    for bad in ({"delta": 1.5}, {"confidence": 1.0}, {"confidence": 0.0}, {"epsilon": 1.0}):
+        with pytest.raises(ConfigError, match="audit"):
+            parse_suite(variant(smoke_raw, audit=bad))

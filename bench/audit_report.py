@@ -1,0 +1,53 @@
+"""Per-release audit table for ``privbench audit``: claimed ε against audited ε lower bounds, with the verdict.
+
+Why a separate table: a release's verdict is the worst over its attacks, which the per-evaluation rows do not show,
+and the best of A attacks' bounds holds only at confidence 1 − A (1 − c) (union bound), which the table states.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+__all__ = ["audit_rows"]
+
+_LEVEL = re.compile(r"@([0-9.]+)%")
+
+
+def _level(metric: str) -> float:
+    m = _LEVEL.search(metric)
+    return float(m.group(1)) / 100.0 if m else math.nan
+
+
+def audit_rows(metric_rows: list[dict]) -> list[dict]:
+    """One row per (task, model, defense, seed) of the audit game: claimed ε and δ, the largest ROC and one-run ε
+    lower bounds over the attacks, the confidence that maximum holds at, and the verdict (``claim_violated`` if any
+    attack's one-run bound at the claimed δ exceeds the claim, ``claim_ok`` if none, ``no claim`` without a finite
+    (ε, δ) guarantee)."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in metric_rows:
+        if r.get("game") == "audit":
+            groups.setdefault((r["task"], r["model"], r["defense"], r["seed"]), []).append(r)
+    out = []
+    for (task, model, defense, seed), rows in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        attacks = sorted({r["attack"] for r in rows})
+        roc = [r for r in rows if r["metric"].startswith("eps_lb_roc@")]
+        one = [r for r in rows if r["metric"].startswith("eps_lb_one_run@")]
+        claims = [r for r in rows if r["metric"].startswith("dp_claim@")]
+        c = _level((one or roc or claims)[0]["metric"]) if rows else math.nan
+        verdict = "no claim"
+        if claims:
+            verdict = "claim_violated" if any(r["flag"] == "claim_violated" for r in claims) else "claim_ok"
+        out.append({
+            "task": task, "model": model, "defense": defense, "seed": seed,
+            "claimed_eps": max((r["value"] for r in claims), default=None),
+            "claimed_delta": claims[0]["metric"].split("delta=")[-1] if claims else None,
+            "eps_lb_roc": max((r["value"] for r in roc), default=None),
+            "eps_lb_one_run": max((r["value"] for r in one), default=None),
+            "eps_lb_at_claim": max((r["ci_low"] for r in claims), default=None),
+            "confidence": round(1.0 - len(attacks) * (1.0 - c), 6),
+            "attacks": len(attacks), "canaries": (one or roc)[0]["n_pos"] + (one or roc)[0]["n_neg"] if one or roc
+            else None,
+            "verdict": verdict,
+        })
+    return out

@@ -1,0 +1,67 @@
+"""Claims checked: a DP defense whose noise is silently dropped is caught by the audit game; a correct one is not.
+
+False-positive rate: a correct (ε, δ)-DP defense is flagged ``claim_violated`` with probability at most
+1 − confidence = 5 % per (attack, seed) by construction (bench/audit.py, claim_row); the seed here is fixed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.audit import claim_row, claimed_epsilon
+from bench.cache import ArtifactCache
+from bench.runner import Runner
+from bench.store import Store
+from bench.suite import parse_suite
+
+from worlds import TINY  # noqa: E402  (the shared tiny world)
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+import broken_dp_defense  # noqa: E402,F401  (registers broken_dp)
+
+CLAIM = "dp_claim@95%,delta=1e-05"
+
+
+def test_claimed_epsilon_uses_the_group_bound_for_repeated_canaries():
+    g = {"name": "epsilon", "value": 1.0, "delta": 1e-5, "group_k": 3, "group_epsilon": 3.0, "group_delta": 3e-5}
+    assert claimed_epsilon(g, 1) == (1.0, 1e-5) and claimed_epsilon(g, 3) == (3.0, 3e-5)
+    assert claimed_epsilon(g, 4) is None  # the group bound does not cover 4 copies: no claim to check
+    assert claimed_epsilon({"name": "epsilon", "value": float("inf"), "delta": None}, 1) is None
+    assert claimed_epsilon(None, 1) is None
+
+
+def test_claim_row_flags_a_perfect_attack_on_a_small_claim_only():
+    y = np.r_[np.ones(100), np.zeros(100)].astype(int)
+    s = y + np.random.default_rng(0).normal(0.0, 0.01, 200)  # every guess right
+    claim = {"name": "epsilon", "value": 1.0, "delta": 1e-5}
+    row = claim_row(y, s, claim)
+    assert row.flag == "claim_violated" and row.ci_low > 1.0 and row.value == 1.0
+    assert claim_row(y, s, dict(claim, value=50.0)).flag == "claim_ok"
+    assert claim_row(y, np.random.default_rng(1).normal(size=200), claim).flag == "claim_ok"
+
+
+def test_broken_dp_is_flagged_and_correct_dp_is_not(tmp_path):
+    dp = {"epochs": 8, "lr": 0.01, "batch_size": 8, "delta": 1e-5, "epsilon": 1.0}
+    raw = dict(TINY, games=["audit"], world=dict(TINY["world"], n_audit=100), attacks=["loss"],
+               defenses=[{"name": "broken_dp", "params": dp}, {"name": "dp_adapt", "label": "dp1", "params": dp}])
+    store = Store(str(tmp_path / "a.db"))
+    result = Runner(parse_suite(raw), store, ArtifactCache(tmp_path / "cache"), quiet=True).run()
+    verdicts = {r["defense"]: r for r in store.metric_rows(result.run_id) if r["metric"] == CLAIM}
+    assert verdicts["broken_dp"]["flag"] == "claim_violated" and verdicts["broken_dp"]["ci_low"] > 1.0
+    assert verdicts["dp1"]["flag"] == "claim_ok" and verdicts["dp1"]["value"] <= 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("epsilon", [4.0, 8.0])
+def test_correct_dp_at_larger_epsilon_is_not_flagged(tmp_path, epsilon):
+    dp = {"epochs": 8, "lr": 0.01, "batch_size": 8, "delta": 1e-5, "epsilon": epsilon}
+    raw = dict(TINY, games=["audit"], world=dict(TINY["world"], n_audit=100), attacks=["loss"],
+               defenses=[{"name": "dp_adapt", "params": dp}])
+    store = Store(str(tmp_path / "a.db"))
+    result = Runner(parse_suite(raw), store, ArtifactCache(tmp_path / "cache"), quiet=True).run()
+    (row,) = [r for r in store.metric_rows(result.run_id) if r["metric"] == CLAIM]
+    assert row["flag"] == "claim_ok" and row["ci_low"] <= epsilon

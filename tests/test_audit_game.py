@@ -1,0 +1,61 @@
+"""The audit game: a pool of canaries, each in the adaptation data with probability 1/2, and its one-run ε bound."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.cache import ArtifactCache
+from bench.errors import ConfigError
+from bench.game import GAMES, Challenger, resolve_games
+from bench.registry import TASKS
+from bench.runner import Runner
+from bench.store import Store
+from bench.suite import parse_suite
+
+from worlds import TINY  # noqa: E402  (the shared tiny world)
+
+WORLD = dict(TINY["world"])
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory):
+    return ArtifactCache(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="module")
+def data(cache):
+    return TASKS.create("mini_pile", TINY["tasks"][0]["params"]).build(cache)
+
+
+def test_audit_pool_is_separate_independent_and_inserted_when_c_is_1(data):
+    plain = Challenger(data, WORLD, 0)
+    ch = Challenger(data, dict(WORLD, n_audit=100), 0)
+    # no audit pool: the world key of worlds written before it existed; with one: the 2×2 groups are unchanged
+    assert Challenger(data, dict(WORLD, n_audit=0), 0).world_key == plain.world_key != ch.world_key
+    for g in ("adapt", "null"):
+        assert plain.instance(GAMES[g]).record_ids == ch.instance(GAMES[g]).record_ids
+    inst = ch.instance(GAMES["audit"])
+    assert len(inst.labels) == 100 and 30 <= inst.n_pos <= 70  # Binomial(100, 1/2), not a fixed half
+    assert not set(inst.record_ids) & set(plain.units())
+    d = set(ch.adaptation_data().texts)
+    text = {t.id: t.text for t in data.targets}
+    assert all((text[u] in d) == bool(y) for u, y in zip(inst.record_ids, inst.labels))
+    assert all(ch.never_inserted(u) == (not y) for u, y in zip(inst.record_ids, inst.labels))
+    assert "audit" in ch.games_defined() and "audit" not in plain.games_defined()
+
+
+def test_audit_game_is_opt_in_and_needs_its_pool():
+    assert "audit" not in [g.name for g in resolve_games("all")]
+    with pytest.raises(ConfigError, match="n_audit is 0: set world n_audit to at least"):
+        parse_suite(dict(TINY, games=["adapt", "audit"]))
+
+
+def test_audit_run_stores_a_positive_one_run_bound_for_a_memorising_model(cache, tmp_path):
+    raw = dict(TINY, games=["audit"], world=dict(WORLD, n_audit=100), attacks=["loss"],
+               defenses=[{"name": "finetune", "params": {"epochs": 5}}])
+    store = Store(str(tmp_path / "a.db"))
+    result = Runner(parse_suite(raw), store, cache, quiet=True).run()
+    rows = {r["metric"]: r for r in store.metric_rows(result.run_id)}
+    one_run = rows["eps_lb_one_run@95%,delta=1e-05"]
+    assert one_run["value"] > 0.5 and one_run["flag"] is None and one_run["n_pos"] + one_run["n_neg"] == 100
+    assert rows["eps_lb_roc@95%,delta=1e-05"]["flag"] == "indicative"
