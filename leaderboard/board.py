@@ -14,12 +14,34 @@ import pandas as pd
 from sqlalchemy.engine import Engine
 
 from leaderboard.aggregate import (
-    KEYS, SELECTION_BIAS, display_ranking, group_table, latest_per_seed, per_attack_table, run_groups, track_ranking,
-    world_groups,
+    GAME_ORDER, KEYS, SELECTION_BIAS, display_ranking, game_attack_grid, group_table, latest_per_seed,
+    per_attack_table, run_groups, track_ranking, world_groups,
 )
 from leaderboard.queries import check_schema, guarantee_frame, metric_frame, run_frame, utility_frame
 
 __all__ = ["Group", "Board", "load_board", "board_from_frames"]
+
+
+#: metric rows of the privacy audit (bench/audit.py): ROC and one-run ε lower bounds, the DP claim's verdict
+AUDIT_METRIC_PREFIXES = ("eps_lb_roc@", "eps_lb_one_run@", "dp_claim@")
+AUDIT_COLUMNS = ["seed", "game", "bound", "confidence, δ", "ε lower bound", "attack", "claimed ε", "flag"]
+
+
+def audit_summary(audit: pd.DataFrame) -> str:
+    """One line for a defense page's facts: the claim's verdict where an audit game checked one, else the largest
+    ε lower bound stored, else that none is."""
+    if audit.empty:
+        return "no ε lower bound stored"
+    claims = audit[audit["bound"] == "one-run at the claimed δ"]
+    if not claims.empty:
+        worst = claims.sort_values("ε lower bound", ascending=False).iloc[0]
+        verdict = "claim_violated" if (claims["flag"] == "claim_violated").any() else "claim_ok"
+        return (f"claimed ε {worst['claimed ε']:.3g} vs audited ε ≥ {worst['ε lower bound']:.3g} "
+                f"({worst['confidence, δ']}, one-run, attack {worst['attack']}): {verdict}")
+    best = audit.sort_values("ε lower bound", ascending=False).iloc[0]
+    note = f", {best['flag']}" if best["flag"] else ""
+    return (f"ε ≥ {best['ε lower bound']:.3g} ({best['bound']}, {best['confidence, δ']}, {best['game']} game, "
+            f"attack {best['attack']}{note}); no DP claim audited")
 
 
 @dataclass
@@ -77,6 +99,7 @@ class Group:
                                         f"{r['tpr_ci_kind']})"),
                  ("AUC [95% CI]", f"{disp['AUC [95% CI]']} (attack {r['auc_attack']}; {r['auc_ci_kind']})"),
                  ("utility retained [95% CI]", disp["utility retained [95% CI]"]), ("guarantee", r["guarantee"]),
+                 ("audit (claimed vs audited ε)", audit_summary(self.config_audit(r))),
                  ("cost (train + attack, mean per seed)", disp["cost (train+attack)"]), ("seeds", r["seeds"]),
                  ("runs", r["runs"]), ("code version", r["code_version"])]
         return pd.DataFrame(facts, columns=["", "value"]).astype(str)
@@ -104,6 +127,50 @@ class Group:
         wide = u.pivot_table(index=["seed", "role", "dataset"], columns="metric", values="value", aggfunc="mean")
         wide.columns.name = None
         return wide.reset_index()
+
+    def config_audit(self, cfg: pd.Series | dict) -> pd.DataFrame:
+        """Claimed ε next to the audited ε lower bounds of one configuration (rows of bench/audit.py), per seed,
+        game and bound: the largest bound over attacks and the attack that reached it. ``dp_claim`` rows carry
+        the claimed ε (value) and the one-run bound at the claimed δ (ci_low), flagged ``claim_violated`` or
+        ``claim_ok``; ROC bounds flagged ``indicative`` come from many targets scored on one model."""
+        rows = self.config_rows(cfg)
+        rows = rows[rows["metric"].astype(str).str.startswith(AUDIT_METRIC_PREFIXES)]
+        if rows.empty:
+            return pd.DataFrame(columns=AUDIT_COLUMNS)
+        out = []
+        for (seed, game, metric), g in rows.groupby(["seed", "game", "metric"], sort=True):
+            bound, _, conditions = str(metric).partition("@")
+            if bound == "dp_claim":
+                worst = g.sort_values("ci_low", ascending=False, na_position="last").iloc[0]
+                violated = (g["flag"] == "claim_violated").any()
+                out.append((seed, game, "one-run at the claimed δ", conditions, worst["ci_low"], worst["attack"],
+                            worst["value"], "claim_violated" if violated else "claim_ok"))
+            else:
+                best = g.sort_values("value", ascending=False).iloc[0]
+                kind = "ROC" if bound == "eps_lb_roc" else "one-run"
+                out.append((seed, game, kind, conditions, best["value"], best["attack"], float("nan"),
+                            best["flag"] if isinstance(best["flag"], str) else ""))
+        return pd.DataFrame(out, columns=AUDIT_COLUMNS)
+
+    def compare(self, a: pd.Series | dict, b: pd.Series | dict) -> pd.DataFrame:
+        """Two configurations side by side, for a maintainer reviewing a submission: per game, attack and metric
+        (AUC, TPR@1%FPR) each one's mean and 95% CI over seeds, the difference B − A, and whether the CIs are
+        disjoint (a difference the seeds support, as the regression gate reads it). Cells only one has: NaN."""
+        keys = ["game", "attack", "metric"]
+        cols = keys + ["mean", "ci_low", "ci_high", "n"]
+        ga = game_attack_grid(self.config_rows(a))[cols]
+        gb = game_attack_grid(self.config_rows(b))[cols]
+        m = ga.merge(gb, on=keys, how="outer", suffixes=(" A", " B"))
+        m["Δ (B − A)"] = m["mean B"] - m["mean A"]
+        m["CIs disjoint"] = (m["ci_low B"] > m["ci_high A"]) | (m["ci_high B"] < m["ci_low A"])
+        order = {g: i for i, g in enumerate(GAME_ORDER)}
+        m["_g"] = m["game"].map(lambda g: order.get(g, len(order)))
+        return m.sort_values(["metric", "_g", "game", "attack"]).drop(columns="_g").reset_index(drop=True)
+
+    def compare_facts(self, a: pd.Series | dict, b: pd.Series | dict) -> pd.DataFrame:
+        """The two defense pages' facts in two columns (A, B), row by row."""
+        fa, fb = self.facts(a), self.facts(b)
+        return pd.DataFrame({"": fa[""], "A": fa["value"], "B": fb["value"].values})
 
     def config_guarantees(self, cfg: pd.Series | dict) -> pd.DataFrame:
         g = self._of_config(cfg, self.guarantees)

@@ -139,6 +139,7 @@ def _defense_page(group: Group, cfg: pd.Series, board: Board, engine) -> tuple[s
     grid = game_attack_grid(group.config_rows(cfg))
     util = group.config_utility(cfg)
     gts = group.config_guarantees(cfg)
+    audit = group.config_audit(cfg)
     roc_pts, roc = _roc(group, cfg, engine)
     runs = board.runs[board.runs["run"].isin([int(x) for x in str(cfg["runs"]).split(", ") if x])]
     versions: dict = {}
@@ -163,6 +164,8 @@ def _defense_page(group: Group, cfg: pd.Series, board: Board, engine) -> tuple[s
             _table(roc, "roc") if not roc.empty else "<p>no stored scores with both classes</p>",
             "<h2>Utility</h2>", _table(util, "utility") if not util.empty else "<p>no utility rows stored</p>",
             "<h2>Guarantees</h2>", _table(gts, "guarantees") if not gts.empty else "<p>no formal guarantee stored</p>",
+            "<h2>Audit: claimed ε vs audited ε lower bound</h2>",
+            _table(audit.astype(str), "audit") if not audit.empty else "<p>no ε lower bound stored</p>",
             "<h2>Provenance</h2>", "<p>Command:</p>"]
     body += [f"<pre>{_e(c)}</pre>" for c in sorted(set(runs["command"].astype(str)))]
     body += [_table(runs[["run", "suite", "code_version", "config_hash", "started_at", "finished_at"]].astype(str),
