@@ -6,8 +6,9 @@ configs) only through st.dataframe / st.text / st.code / widget options, never a
 
 Pages: **Ranking** (the first screen: one track at a time, its ranked table, the selection-bias note, the
 per-attack view and the headline privacy–utility plot), **Defense page** (one configuration: games × attacks
-heatmaps, ROC curves, utility rows, guarantees, command and versions) and **All results** (every stored row,
-with filters). The Ranking and Defense pages show leaderboard.board, the very frames `privbench board export`
+heatmaps, ROC curves, utility rows, guarantees, the privacy audit, command and versions), **Compare** (two
+configurations side by side: facts, and every game × attack cell with B − A) and **All results** (every stored
+row, with filters). The Ranking and Defense pages show leaderboard.board, the very frames `privbench board export`
 writes. Conventions for seeds, worst cases, CIs, the ranking rule and the Pareto front: leaderboard/aggregate.py.
 """
 
@@ -36,7 +37,7 @@ from leaderboard.queries import (  # noqa: E402
     run_frame, scores_frame, utility_frame,
 )
 
-PAGES = ["Ranking", "Defense page", "All results"]
+PAGES = ["Ranking", "Defense page", "Compare", "All results"]
 VIEWS = ["Leaderboard", "Privacy–utility", "ROC curves", "Per-attack breakdown", "Provenance"]
 EPSILON = "guarantee: epsilon"
 # first-screen column widths: the ranked table fits 1366 px wide without scrolling sideways
@@ -305,6 +306,40 @@ def view_ranking(group: Group) -> None:
     _downloads(group.ranking, f"ranking_{group.name}", "dl_ranking")
 
 
+def view_compare(group: Group) -> None:
+    """Two configurations of the group side by side: their facts, and every game × attack cell with the difference
+    B − A and whether the seeds' CIs are disjoint (the regression gate's table, for reviewing a submission)."""
+    ids = group.ranking["config_id"].tolist()
+    if len(ids) < 2:
+        st.info("this group has fewer than two configurations to compare")
+        return
+    for key, default in (("cmp_a", 0), ("cmp_b", 1)):
+        if st.session_state.get(key) not in ids:
+            st.session_state[key] = ids[default]
+    cols = st.columns(2)
+    a = cols[0].selectbox("A", ids, key="cmp_a", format_func=lambda c: _cfg_label(group, c))
+    b = cols[1].selectbox("B", ids, key="cmp_b", format_func=lambda c: _cfg_label(group, c))
+    ra, rb = group.config(a), group.config(b)
+    st.subheader("Compare two configurations")
+    st.dataframe(group.compare_facts(ra, rb), hide_index=True, width="stretch", key="cmp_facts")
+    table = group.compare(ra, rb)
+    if table.empty:
+        st.info("neither configuration has AUC or TPR rows")
+        return
+    st.caption("Per game × attack: mean over seeds and 95% CI of A and B, the difference B − A, and whether the "
+               "CIs are disjoint (a difference the seeds support). Bars: B − A in AUC; red where the CIs are "
+               "disjoint.")
+    auc = table[table["metric"] == "AUC"].dropna(subset=["Δ (B − A)"])
+    if not auc.empty:
+        import altair as alt
+        data = auc.assign(cell=auc["game"] + " · " + auc["attack"])
+        st.altair_chart(alt.Chart(data).mark_bar().encode(
+            x=alt.X("Δ (B − A):Q", title="AUC of B − AUC of A"), y=alt.Y("cell:N", sort=None, title=None),
+            color=alt.condition("datum['CIs disjoint']", alt.value("#c0392b"), alt.value("#7f8c8d")),
+            tooltip=["game", "attack", "mean A", "mean B", "Δ (B − A)", "CIs disjoint"]), key="cmp_chart")
+    st.dataframe(table, hide_index=True, width="stretch", key="cmp_table")
+
+
 def view_defense(group: Group, board: Board, engine) -> None:
     ids = group.ranking["config_id"].tolist()
     if not ids:
@@ -367,6 +402,16 @@ def view_defense(group: Group, board: Board, engine) -> None:
     else:
         st.dataframe(gts, hide_index=True, width="stretch", key="dp_guarantees")
 
+    st.subheader("Audit: claimed ε vs audited ε lower bound")
+    audit = group.config_audit(r)
+    if audit.empty:
+        st.info("no ε lower bound stored for this configuration (runs of privbench before 0.3.0 have none)")
+    else:
+        st.caption("Per seed and game, the largest ε lower bound over attacks (docs/audit.md). ROC bounds flagged "
+                   "'indicative' come from many targets scored on one model; the one-run bound of the audit game "
+                   "is valid for one training run; claim_violated: the audited bound exceeds the claimed ε.")
+        st.dataframe(audit, hide_index=True, width="stretch", key="dp_audit")
+
     st.subheader("Provenance")
     runs = board.runs[board.runs["run"].isin([int(x) for x in str(r["runs"]).split(", ") if x])]
     st.caption("The exact command behind this configuration's results:")
@@ -408,7 +453,7 @@ def view_all(data: dict) -> None:
         view_provenance(data["runs"])
 
 
-PAGE_SLUGS = {"Ranking": "ranking", "Defense page": "defense", "All results": "all"}
+PAGE_SLUGS = {"Ranking": "ranking", "Defense page": "defense", "Compare": "compare", "All results": "all"}
 
 
 def _from_url(board: Board) -> None:
@@ -464,6 +509,8 @@ def main() -> None:
             view_ranking(board.groups[name])
         elif page == "Defense page":
             view_defense(board.groups[name], board, data["engine"])
+        elif page == "Compare":
+            view_compare(board.groups[name])
         else:
             view_all(data)
         _to_url(name, page)
