@@ -15,6 +15,7 @@ the package (``bench/migrations``) and are driven from code, so they work from a
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
@@ -31,7 +32,9 @@ __all__ = ["BASELINE", "VERSION_TABLE", "head", "revision_of", "schema_state", "
 
 BASELINE = "0001_baseline"
 VERSION_TABLE = "alembic_version"
-SCRIPT_LOCATION = "bench:migrations"
+#: a directory path, not the "bench:migrations" resource form: importlib.resources cannot open files through the
+#: editable-install finder (``pip install -e .``), and the scripts are plain files in an installed wheel too
+SCRIPT_LOCATION = str(Path(__file__).resolve().parent / "migrations")
 
 
 def _config(conn: Connection | None = None) -> Config:
