@@ -23,6 +23,7 @@ import os
 import torch
 
 _compiled = None
+_compile_failed = False  # compilation failed once in this process: stay on the eager path
 
 
 def compile_enabled() -> bool:
@@ -58,8 +59,8 @@ def _fused(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, ...]:
 def stats_from_logits(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """As :func:`stats_from_logprobs` from raw logits (any float dtype, computed in fp32); compiled when
     :func:`compile_enabled`, with the eager path as the fallback where compilation is unavailable."""
-    global _compiled
-    if compile_enabled():
+    global _compiled, _compile_failed
+    if compile_enabled() and not _compile_failed:
         if _compiled is None:
             _compiled = torch.compile(_fused, dynamic=True)
         try:
@@ -68,5 +69,5 @@ def stats_from_logits(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Te
             import logging
             logging.getLogger(__name__).warning("torch.compile of the signal kernel failed (%s): eager path",
                                                 type(exc).__name__)
-            os.environ["PRIVBENCH_COMPILE"] = "0"
+            _compile_failed = True
     return stats_from_logprobs(torch.log_softmax(logits.float(), dim=-1), tgt)
