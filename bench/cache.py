@@ -68,18 +68,34 @@ def artifact_is_valid(target: Path, *, verify: bool = True) -> bool:
 
 
 class ArtifactCache:
-    """Content-addressed store of artifact directories."""
+    """Content-addressed store of artifact directories.
 
-    def __init__(self, root: str | Path | None = None) -> None:
+    With a ``store`` (:class:`bench.artifact_store.ArtifactStore`), the directory is this node's private copy of
+    a store that nodes without a shared disk share: a missing artifact is downloaded from the store before it is
+    built, and what this cache builds or already holds is uploaded there (once per key and process).
+    """
+
+    def __init__(self, root: str | Path | None = None, *, store=None) -> None:
         self.root = Path(root) if root is not None else default_cache_dir()
         self.root.mkdir(parents=True, exist_ok=True)
+        self.store = store
+        self._published: set[tuple[str, str]] = set()
 
     def path(self, kind: str, key: str) -> Path:
         return self.root / kind / key
 
     def is_valid(self, kind: str, key: str, *, verify: bool = True) -> bool:
-        """True when the artifact exists and its files match the manifest's checksums."""
-        return self.find(kind, key, verify=verify) is not None
+        """True when the artifact exists and its files match the manifest's checksums (or, with a store, when the
+        store holds it: it is checked when downloaded)."""
+        if self.find(kind, key, verify=verify) is not None:
+            return True
+        return self.store is not None and self.store.has(kind, key)
+
+    def _publish(self, kind: str, key: str, path: Path) -> None:
+        """Upload a valid local artifact to the store unless this process already did (or saw it there)."""
+        if self.store is not None and (kind, key) not in self._published:
+            self.store.upload(kind, key, path)
+            self._published.add((kind, key))
 
     def find(self, kind: str, key: str, *, verify: bool = True) -> Path | None:
         """The directory of a valid ``kind/key`` artifact, or None."""
@@ -104,31 +120,39 @@ class ArtifactCache:
                 fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
 
     def get_or_build(self, kind: str, key: str, build: Callable[[Path], None], *, verify: bool = True) -> Path:
-        """Return the artifact dir, building it with ``build(tmp_dir)`` if missing or corrupt."""
+        """Return the artifact dir, building it with ``build(tmp_dir)`` if missing or corrupt (with a store: taken
+        from the store when it holds the artifact, else built and uploaded)."""
         hit = self.find(kind, key, verify=verify)
         if hit is not None:
+            self._publish(kind, key, hit)
             return hit
         target = self.root / kind / key  # built here, under this cache's own root, whatever the lookups read
         with self._lock(kind, key):
             hit = self.find(kind, key, verify=verify)
             if hit is not None:  # another process built it while we waited
+                self._publish(kind, key, hit)
                 return hit
             target.parent.mkdir(parents=True, exist_ok=True)
             for stale in target.parent.glob(f".{key}.*"):  # a killed builder's leftovers (we hold the lock)
                 if stale.is_dir():
                     shutil.rmtree(stale, ignore_errors=True)
             tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=target.parent))
+            fetched = False
             try:
-                build(tmp)
-                files = {
-                    p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "sha256": _file_sha(p)}
-                    for p in sorted(tmp.rglob("*"))
-                    if p.is_file()
-                }
-                # the manifest is written last and atomically: a directory without one is never trusted
-                manifest_tmp = tmp / f".{MANIFEST}.tmp"
-                manifest_tmp.write_text(json.dumps({"kind": kind, "key": key, "files": files}, indent=1))
-                os.replace(manifest_tmp, tmp / MANIFEST)
+                fetched = self.store is not None and self.store.download(kind, key, tmp)
+                if fetched:  # checked against the manifest it carries, which stays as it is
+                    self._published.add((kind, key))
+                else:
+                    build(tmp)
+                    files = {
+                        p.relative_to(tmp).as_posix(): {"size": p.stat().st_size, "sha256": _file_sha(p)}
+                        for p in sorted(tmp.rglob("*"))
+                        if p.is_file()
+                    }
+                    # the manifest is written last and atomically: a directory without one is never trusted
+                    manifest_tmp = tmp / f".{MANIFEST}.tmp"
+                    manifest_tmp.write_text(json.dumps({"kind": kind, "key": key, "files": files}, indent=1))
+                    os.replace(manifest_tmp, tmp / MANIFEST)
                 if target.exists():  # corrupt or partial leftover (never a valid one: checked under the lock)
                     shutil.rmtree(target, ignore_errors=True)
                 try:
@@ -141,6 +165,7 @@ class ArtifactCache:
             except BaseException:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise
+        self._publish(kind, key, target)
         return target
 
     def verify_all(self) -> dict[str, list[str]]:

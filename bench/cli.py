@@ -70,6 +70,9 @@ def run(
     executor: str = typer.Option("local", "--executor", help="Where jobs run: local (in process) or ray."),
     ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Join this Ray cluster (e.g. auto, "
                                               "ray://host:10001) instead of starting a local Ray instance."),
+    artifact_store: Optional[str] = typer.Option(None, "--artifact-store", help="fsspec URL (file:///dir, "
+                                                 "s3://bucket/prefix) through which nodes without a shared disk "
+                                                 "share artifacts and signals; each keeps its own --cache."),
     secret_draw: bool = typer.Option(False, "--secret-draw", help="Salt every world's draw with a fresh secret kept "
                                      "in memory, so no plugin can recompute the labels from the suite and seed; "
                                      "the run is then not reproducible from the suite alone."),
@@ -90,9 +93,11 @@ def run(
         s = parse_suite({"track": track, "defenses": []})
     else:
         s = load_suite(suite)
+    from bench.artifact_store import open_store
+    artifacts = ArtifactCache(cache, store=open_store(artifact_store))  # checked before the database is touched
     store = _store(db)
     draw_secret = secrets.token_hex(16) if secret_draw else None
-    runner = Runner(s, store, ArtifactCache(cache), command=" ".join(["privbench"] + sys.argv[1:]), quiet=quiet,
+    runner = Runner(s, store, artifacts, command=" ".join(["privbench"] + sys.argv[1:]), quiet=quiet,
                     executor=runner_executor, draw_secret=draw_secret)
     result = runner.run()
     if report:

@@ -141,10 +141,14 @@ class SignalCache:
     ``read_only`` roots (the shared cache's ``signals`` under a sandboxed submission, see
     :class:`bench.cache.OverlayCache`) are read as well and never written: new shards go to ``root`` only, and
     a corrupt shard there is skipped rather than deleted.
+
+    With a ``store`` (:class:`bench.artifact_store.ArtifactStore`: nodes without a shared disk), every shard
+    written here is uploaded too, and a scan first downloads the store's shards of the model that ``root`` lacks.
     """
 
-    def __init__(self, root: Path | None, read_only: Sequence[Path] = ()) -> None:
+    def __init__(self, root: Path | None, read_only: Sequence[Path] = (), *, store=None) -> None:
         self.root = root
+        self.store = store if root is not None else None
         self.read_only = tuple(Path(r) for r in read_only)
         self._mem: dict[str, dict[str, TokenSignals]] = {}
         self._gen: dict[str, dict[str, str]] = {}
@@ -153,7 +157,22 @@ class SignalCache:
     @classmethod
     def for_cache(cls, cache) -> SignalCache:
         """The signal cache of an artifact cache: ``<root>/signals``, plus its read-only roots' ``signals``."""
-        return cls(cache.root / "signals", [r / "signals" for r in getattr(cache, "read_only_roots", ())])
+        return cls(cache.root / "signals", [r / "signals" for r in getattr(cache, "read_only_roots", ())],
+                   store=getattr(cache, "store", None))
+
+    def _pull(self, fp: str) -> None:
+        """Download the store's shards of model ``fp`` that this node's directory lacks (no-op without a store)."""
+        if self.store is None:
+            return
+        d = self.root / fp
+        have = {p.name for p in d.iterdir()} if d.is_dir() else set()
+        for name in self.store.shard_names(fp):
+            if name not in have:
+                self.store.download_shard(fp, name, d)
+
+    def _push(self, fp: str, shard: Path) -> None:
+        if self.store is not None:
+            self.store.upload_shard(fp, shard)
 
     def _read_shards(self, fp: str, pattern: str, seen: set[str], load, table: dict) -> None:
         """Add every shard of model ``fp`` matching ``pattern`` not read before (read-only roots first, then our
@@ -174,6 +193,7 @@ class SignalCache:
                 seen.add(str(shard))  # read, or not ours to delete: skipped from now on
 
     def _scan(self, fp: str) -> None:
+        self._pull(fp)
         self._read_shards(fp, "*.npz", self._seen.setdefault(fp, set()), load_signals, self._mem.setdefault(fp, {}))
 
     def _load(self, fp: str) -> dict[str, TokenSignals]:
@@ -191,6 +211,7 @@ class SignalCache:
     def _gen_table(self, fp: str) -> dict[str, str]:
         key = f"gen:{fp}"
         table = self._gen.setdefault(key, {})
+        self._pull(fp)
         self._read_shards(fp, "gen-*.json", self._seen.setdefault(key, set()), _load_generations, table)
         return table
 
@@ -221,6 +242,7 @@ class SignalCache:
             Path(tmp).unlink(missing_ok=True)
             raise
         self._seen.setdefault(f"gen:{fp}", set()).add(str(d / name))
+        self._push(fp, d / name)
 
     def add(self, fp: str, new: dict[str, TokenSignals]) -> None:
         if not new:
@@ -243,6 +265,7 @@ class SignalCache:
             Path(tmp).unlink(missing_ok=True)
             raise
         self._seen.setdefault(fp, set()).add(str(d / name))
+        self._push(fp, d / name)
 
 
 class HFLanguageModel(LanguageModel):

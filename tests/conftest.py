@@ -40,7 +40,7 @@ def db_url(request, tmp_path):
 # Test tiers, by module: `pytest -m unit` (no model trained, seconds), `-m integration` (tiny models trained in
 # process), `-m e2e` (the CLI in subprocesses, the sandbox, a browser, Ray). A module not listed is a unit module.
 E2E = {"test_smoke_suite", "test_leaderboard_e2e", "test_submit", "test_fault_injection", "test_executors",
-       "test_bad_inputs", "test_cli_errors", "test_validate", "test_data_cli", "test_distance"}
+       "test_bad_inputs", "test_cli_errors", "test_validate", "test_data_cli", "test_distance", "test_ray_cluster"}
 INTEGRATION = {"test_runner", "test_dp", "test_naf", "test_guard", "test_hush", "test_mitigations", "test_prefix",
                "test_self_prompt", "test_fair_game", "test_dishonest_attack", "test_utility", "test_matching",
                "test_plan", "test_library_api", "test_conformance", "test_rmia", "test_lm_eval_adapter",
