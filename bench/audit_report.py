@@ -11,6 +11,9 @@ import re
 
 __all__ = ["audit_rows"]
 
+#: the games with an audit pool (bench/game.py): canaries in D (θ′ audited) and in S (θ audited)
+AUDIT_GAMES = ("audit", "audit/pretrain")
+
 _LEVEL = re.compile(r"@([0-9.]+)%")
 
 
@@ -20,16 +23,16 @@ def _level(metric: str) -> float:
 
 
 def audit_rows(metric_rows: list[dict]) -> list[dict]:
-    """One row per (task, model, defense, seed) of the audit game: claimed ε and δ, the largest ROC and one-run ε
+    """One row per (task, model, defense, seed, audit game) of the audit games: claimed ε and δ, the largest ROC and one-run ε
     lower bounds over the attacks, the confidence that maximum holds at, and the verdict (``claim_violated`` if any
     attack's one-run bound at the claimed δ exceeds the claim, ``claim_ok`` if none, ``no claim`` without a finite
     (ε, δ) guarantee)."""
     groups: dict[tuple, list[dict]] = {}
     for r in metric_rows:
-        if r.get("game") == "audit":
-            groups.setdefault((r["task"], r["model"], r["defense"], r["seed"]), []).append(r)
+        if r.get("game") in AUDIT_GAMES:
+            groups.setdefault((r["task"], r["model"], r["defense"], r["seed"], r["game"]), []).append(r)
     out = []
-    for (task, model, defense, seed), rows in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
+    for (task, model, defense, seed, game), rows in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
         attacks = sorted({r["attack"] for r in rows})
         roc = [r for r in rows if r["metric"].startswith("eps_lb_roc@")]
         one = [r for r in rows if r["metric"].startswith("eps_lb_one_run@")]
@@ -39,7 +42,7 @@ def audit_rows(metric_rows: list[dict]) -> list[dict]:
         if claims:
             verdict = "claim_violated" if any(r["flag"] == "claim_violated" for r in claims) else "claim_ok"
         out.append({
-            "task": task, "model": model, "defense": defense, "seed": seed,
+            "task": task, "model": model, "defense": defense, "seed": seed, "game": game,
             "claimed_eps": max((r["value"] for r in claims), default=None),
             "claimed_delta": claims[0]["metric"].split("delta=")[-1] if claims else None,
             "eps_lb_roc": max((r["value"] for r in roc), default=None),

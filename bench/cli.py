@@ -131,7 +131,8 @@ def audit(
     games = [g for g in s.games if g.audit_pool]
     if not games:
         raise PrivbenchError(f"suite '{s.name}' has no audit game: add `audit` to its games and set world n_audit "
-                             f"(e.g. 100), or use the bundled suite `audit`")
+                             f"(e.g. 100), or `audit/pretrain` and n_audit_pretrain, or use the bundled suite "
+                             f"`audit`")
     s = dataclasses.replace(s, games=games)
     store = _store(db)
     result = Runner(s, store, ArtifactCache(cache), command=" ".join(["privbench"] + sys.argv[1:]),

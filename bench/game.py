@@ -17,12 +17,15 @@ joint/both              θ and θ'      (1,1)           (0,0)
 post_adapt (x ∉ D)      θ and θ'      (1,0)           (0,0)
 null (control)          θ'            half of N       other half of N
 audit                   θ'            C with c=1      C with c=0
+audit/pretrain          θ             C_S with c=1    C_S with c=0
 ======================  ============  ==============  ==============
 
 The four groups have equal sizes, so ``a`` and ``b`` are independent; ``N`` is a separate pool of
 never-inserted units that only the null game shows. ``C`` is a separate pool of ``n_audit`` audit canaries
 (empty by default), each put into D *independently with probability 1/2* (bit ``c``): the design of the one-run
-audit of Steinke, Nasr and Jagielski 2023, which only the audit game shows (:mod:`bench.audit`).
+audit of Steinke, Nasr and Jagielski 2023, which only the audit game shows (:mod:`bench.audit`). ``C_S`` is the
+same design at pretraining: ``n_audit_pretrain`` canaries, each put into S independently with probability 1/2,
+shown only by the audit/pretrain game (θ released), so a pretraining-stage defense gets a one-run ε lower bound.
 
 The attacker receives an :class:`AttackerView`: the targets in shuffled
 order with opaque ids, restricted model handles and attacker-owned data.
@@ -55,7 +58,7 @@ from bench.lm import (
 from bench.params import Param, validate_params
 from bench.task import TaskData
 from bench.units import (
-    AUDIT_POOL, GROUPS, NULL_POOL, draw_unit_groups, group_targets_by_unit, owners_of, secrets_of, unit_samples,
+    AUDIT_POOL, AUDIT_PRETRAIN_POOL, GROUPS, NULL_POOL, draw_unit_groups, group_targets_by_unit, owners_of, secrets_of, unit_samples,
 )
 
 #: version of the game's draw and labels; part of every world key, so results of another game version never mix
@@ -74,7 +77,8 @@ class GameSpec:
     negatives: frozenset
     null_split: bool = False
     description: str = ""
-    #: shows the audit pool C (labels c), not the four groups
+    #: shows an audit pool (labels c), not the four groups: C (inserted into D) when the target model is θ',
+    #: C_S (inserted into S) when it is θ
     audit_pool: bool = False
 
 
@@ -96,8 +100,12 @@ GAMES: dict[str, GameSpec] = {g.name: g for g in (
     GameSpec("audit", "audit", "adapted", False, frozenset(), frozenset(), audit_pool=True,
              description="audit canaries, each in D with probability 1/2: a one-run lower bound on ε (needs "
                          "world n_audit > 0)"),
+    GameSpec("audit/pretrain", "audit", "pretrained", False, frozenset(), frozenset(), audit_pool=True,
+             description="pretraining audit canaries, each in S with probability 1/2: a one-run lower bound on ε "
+                         "of θ (needs world n_audit_pretrain > 0)"),
 )}
-#: the games ``games: all`` selects: the audit game needs its own pool (``n_audit``) and is named explicitly
+#: the games ``games: all`` selects: the audit games need their own pools (``n_audit``, ``n_audit_pretrain``) and
+#: are named explicitly
 DEFAULT_GAMES = tuple(name for name, g in GAMES.items() if not g.audit_pool)
 
 WORLD_PARAMS = (
@@ -111,17 +119,20 @@ WORLD_PARAMS = (
     Param("pretrain_target_repeats", int, 1, "copies of each a=1 target inserted into pretraining", low=1),
     Param("n_audit", int, 0, "audit canaries (pool C, shown only by the audit game), each inserted into D "
           "independently with probability 1/2; 0 = none", low=0),
+    Param("n_audit_pretrain", int, 0, "pretraining audit canaries (pool C_S, shown only by the audit/pretrain "
+          "game), each inserted into S independently with probability 1/2; 0 = none", low=0),
     Param("adapt_target_repeats", int, None, "copies of each b=1 target inserted into adaptation (canaries: 1, 3, "
           "10); null = the task's own repeats, else 1", low=1, nullable=True),
 )
 
 
 def keyed_world(world: dict[str, Any]) -> dict[str, Any]:
-    """The world settings as hashed into keys: ``n_audit`` only when > 0, so worlds, runs and tracks written
-    before the audit pool existed keep their keys."""
+    """The world settings as hashed into keys: ``n_audit`` and ``n_audit_pretrain`` only when > 0, so worlds, runs
+    and tracks written before the audit pools existed keep their keys."""
     out = dict(world)
-    if not out.get("n_audit"):
-        out.pop("n_audit", None)
+    for name in ("n_audit", "n_audit_pretrain"):
+        if not out.get(name):
+            out.pop(name, None)
     return out
 
 
@@ -301,6 +312,7 @@ class Challenger:
         sizes = {g: c["n_per_group"] for g in GROUPS}
         sizes[NULL_POOL] = c["n_null"]
         sizes[AUDIT_POOL] = c["n_audit"]
+        sizes[AUDIT_PRETRAIN_POOL] = c["n_audit_pretrain"]
         salt = [] if secret is None else [int(content_hash("world-secret", secret, length=16), 16)]
         self._salt = salt
         rng = np.random.default_rng([self.seed, int(content_hash(data.fingerprint, length=8), 16), *salt])
@@ -309,7 +321,8 @@ class Challenger:
         # whole units go to one group (or the null pool)
         drawn = draw_unit_groups(data, sizes, rng, known_a=self.known_a)
         #: record -> (a, b) for the records of the four groups; null-pool and audit-pool records are not in it
-        self._group: dict[str, tuple[int, int]] = {r: g for r, g in drawn.items() if g not in (NULL_POOL, AUDIT_POOL)}
+        self._group: dict[str, tuple[int, int]] = {r: g for r, g in drawn.items()
+                                                   if g not in (NULL_POOL, AUDIT_POOL, AUDIT_PRETRAIN_POOL)}
         if len(data.adapt) < c["adapt_background"]:
             raise DataError(f"task '{data.name}' has {len(data.adapt)} adaptation records but adapt_background is "
                             f"{c['adapt_background']}: lower it or use more data")
@@ -338,6 +351,11 @@ class Challenger:
                                                           if drawn[r[0]] == AUDIT_POOL))
         coin = np.random.default_rng([self.seed, 23, *salt]).random(len(self._audit_units)) < 0.5
         self._audit_in = frozenset(u for u, bit in zip(self._audit_units, coin) if bit)
+        #: the pretraining audit pool C_S and its bits, likewise from a stream of its own
+        self._pre_audit_units: tuple[str, ...] = tuple(sorted(u for u, r in self._records.items()
+                                                              if drawn[r[0]] == AUDIT_PRETRAIN_POOL))
+        coin = np.random.default_rng([self.seed, 29, *salt]).random(len(self._pre_audit_units)) < 0.5
+        self._pre_audit_in = frozenset(u for u, bit in zip(self._pre_audit_units, coin) if bit)
         key = {"task": data.fingerprint, "world": keyed_world(self.config), "seed": self.seed, "game": GAME_VERSION}
         if secret is not None:
             key["secret"] = content_hash("world-secret-id", secret)
@@ -349,17 +367,21 @@ class Challenger:
         return [self._text[r] for r in sorted(self._group) if self._group[r][i] == 1]
 
     def pretraining_inserts(self) -> list[str]:
-        """Texts of the a=1 targets, each repeated ``pretrain_target_repeats`` times.
+        """Texts of the a=1 targets and of the pretraining audit canaries with c=1, each repeated
+        ``pretrain_target_repeats`` times.
 
         Empty when membership in S is given by the data (known split, or overlap): nothing to insert.
         """
         if self.known_a or self.a_uncontrolled:
             return []
-        return self.members("a") * self.config["pretrain_target_repeats"]
+        canaries = [self._text[r] for u in sorted(self._pre_audit_in) for r in self._records[u]]
+        return (self.members("a") + canaries) * self.config["pretrain_target_repeats"]
 
     def games_defined(self) -> set[str]:
         """Games whose labels this world can honour."""
         audit = {"audit"} if self._audit_units else set()
+        if self._pre_audit_units and not (self.known_a or self.a_uncontrolled):  # S is ours to insert into
+            audit.add("audit/pretrain")
         if self.a_uncontrolled:  # a is nominal: only games over b alone, and the control
             return {"adapt", "null"} | audit
         return set(DEFAULT_GAMES) | audit
@@ -417,7 +439,7 @@ class Challenger:
 
     def never_inserted(self, unit: str) -> bool:
         """Whether ``unit`` is in no training data at all: group (0, 0), the null pool, or audit canaries with c = 0."""
-        if unit in self._audit_in:
+        if unit in self._audit_in or unit in self._pre_audit_in:
             return False
         return self._unit_group.get(unit, (0, 0)) == (0, 0)
 
@@ -442,7 +464,9 @@ class Challenger:
         rows: list[tuple[str, int]] = []
         if game.null_split:
             rows = [(unit, int(unit in self._null_positive)) for unit in self._null_units]
-        if game.audit_pool:
+        if game.audit_pool and game.target_model == "pretrained":
+            rows = [(unit, int(unit in self._pre_audit_in)) for unit in self._pre_audit_units]
+        elif game.audit_pool:
             rows = [(unit, int(unit in self._audit_in)) for unit in self._audit_units]
         for unit in ([] if game.null_split or game.audit_pool else sorted(self._unit_group)):
             g = self._unit_group[unit]

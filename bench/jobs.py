@@ -251,8 +251,9 @@ def _evaluate(w: Worlds, p: EvaluateJob, done_evals) -> JobResult:
                               alpha=s.metrics["alpha"], seed=p.seed)
     # the ε lower bound (bench/audit.py), flagged indicative: the targets share one model, not independent trials
     rows.append(roc_epsilon_row(inst.labels, scores, delta=s.audit["delta"], confidence=s.audit["confidence"]))
-    if inst.spec.audit_pool:  # canaries in D with probability 1/2 each: the one-run bound is valid here
+    if inst.spec.audit_pool:  # canaries in D (or S) with probability 1/2 each: the one-run bound is valid here
         rows.append(one_run_row(inst.labels, scores, delta=s.audit["delta"], confidence=s.audit["confidence"]))
+    if inst.spec.audit_pool and inst.spec.target_model == "adapted":  # a DP ledger speaks of adaptation only
         verdict = claim_row(inst.labels, scores, w.adapted(p.ti, p.mi, p.seed, p.di)[2].get("guarantee"),
                             confidence=s.audit["confidence"], repeats=ch.config["adapt_target_repeats"])
         if verdict is not None:  # the defense claims a finite (ε, δ): is it refuted at the suite's confidence?

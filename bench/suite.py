@@ -266,9 +266,10 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
                               f"{', '.join(x.label for x in defenses if not x.match)}")
     games = resolve_games(raw.get("games", "all"))
     world = validate_params(f"suite '{name}' world", WORLD_PARAMS, raw.get("world"))
-    if any(g.audit_pool for g in games) and world["n_audit"] < MIN_AUDIT_CANARIES:
-        raise ConfigError(f"suite '{name}': the audit game needs an audit pool, but world n_audit is "
-                          f"{world['n_audit']}: set world n_audit to at least {MIN_AUDIT_CANARIES} (e.g. 200)")
+    for game, pool in (("audit", "n_audit"), ("audit/pretrain", "n_audit_pretrain")):
+        if any(g.name == game for g in games) and world[pool] < MIN_AUDIT_CANARIES:
+            raise ConfigError(f"suite '{name}': the {game} game needs an audit pool, but world {pool} is "
+                              f"{world[pool]}: set world {pool} to at least {MIN_AUDIT_CANARIES} (e.g. 200)")
     known_a = all(t.instance.known_pretraining_membership for t in tasks)
     for spec in models:
         if spec.source == "hf" and not known_a:

@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from bench.metrics import MetricRow
     from bench.task import TaskData
 
-__all__ = ["GROUPS", "NULL_POOL", "AUDIT_POOL", "UNIT_META_KEYS", "unit_key", "group_targets_by_unit",
+__all__ = ["GROUPS", "NULL_POOL", "AUDIT_POOL", "AUDIT_PRETRAIN_POOL", "UNIT_META_KEYS", "unit_key", "group_targets_by_unit",
            "draw_unit_groups", "unit_samples", "owners_of", "SECRET_RUN", "defender_secrets", "secrets_of",
            "canary_unit_metrics"]
 
@@ -56,6 +56,9 @@ GROUPS: tuple[tuple[int, int], ...] = ((0, 0), (0, 1), (1, 0), (1, 1))
 NULL_POOL = "null"
 #: the separate pool of audit canaries, each put into the adaptation data with probability 1/2 (the audit game)
 AUDIT_POOL = "audit"
+#: the separate pool of pretraining audit canaries, each put into the pretraining data with probability 1/2
+#: (the audit/pretrain game)
+AUDIT_PRETRAIN_POOL = "audit/pretrain"
 #: the ``target_meta`` key that names a target's unit, per membership unit
 UNIT_META_KEYS = {"user": "user", "secret": "secret_id"}
 
@@ -107,7 +110,8 @@ def draw_unit_groups(data: TaskData, sizes: dict, rng: np.random.Generator, *,
     keys = list(units)
     noun = "records" if data.unit == "record" else f"{data.unit}s"
     order_of_groups: list = (list(GROUPS) + ([NULL_POOL] if sizes.get(NULL_POOL) else [])
-                             + ([AUDIT_POOL] if sizes.get(AUDIT_POOL) else []))
+                             + ([AUDIT_POOL] if sizes.get(AUDIT_POOL) else [])
+                             + ([AUDIT_PRETRAIN_POOL] if sizes.get(AUDIT_PRETRAIN_POOL) else []))
     out: dict[str, tuple[int, int] | str] = {}
 
     def place(key: str, g) -> None:
@@ -115,7 +119,7 @@ def draw_unit_groups(data: TaskData, sizes: dict, rng: np.random.Generator, *,
             out[data.targets[i].id] = g
 
     def a_bit(g) -> int:
-        return 0 if g in (NULL_POOL, AUDIT_POOL) else g[0]
+        return 0 if g in (NULL_POOL, AUDIT_POOL, AUDIT_PRETRAIN_POOL) else g[0]
 
     if known_a:
         a_of: dict[str, int] = {}
@@ -142,7 +146,7 @@ def draw_unit_groups(data: TaskData, sizes: dict, rng: np.random.Generator, *,
     need = sum(sizes[g] for g in order_of_groups)
     if len(keys) < need:
         raise DataError(f"task '{data.name}' has {len(keys)} target {noun} but the world needs {need} "
-                        f"(4 × n_per_group + n_null + n_audit, counted in {noun}): lower them in the suite's `world` "
+                        f"(4 × n_per_group + n_null + n_audit + n_audit_pretrain, counted in {noun}): lower them in the suite's `world` "
                         f"or use "
                         f"more data")
     chosen = rng.permutation(len(keys))[:need]

@@ -59,3 +59,45 @@ def test_audit_run_stores_a_positive_one_run_bound_for_a_memorising_model(cache,
     one_run = rows["eps_lb_one_run@95%,delta=1e-05"]
     assert one_run["value"] > 0.5 and one_run["flag"] is None and one_run["n_pos"] + one_run["n_neg"] == 100
     assert rows["eps_lb_roc@95%,delta=1e-05"]["flag"] == "indicative"
+
+
+def test_pretraining_audit_pool_is_separate_and_inserted_into_pretraining_when_c_is_1(data):
+    plain = Challenger(data, WORLD, 0)
+    ch = Challenger(data, dict(WORLD, n_audit=60, n_audit_pretrain=100), 0)
+    assert Challenger(data, dict(WORLD, n_audit_pretrain=0), 0).world_key == plain.world_key != ch.world_key
+    for g in ("adapt", "pretrain", "null"):  # the 2×2 groups and the null pool do not move
+        assert plain.instance(GAMES[g]).record_ids == ch.instance(GAMES[g]).record_ids
+    pre, post = ch.instance(GAMES["audit/pretrain"]), ch.instance(GAMES["audit"])
+    assert len(pre.labels) == 100 and 30 <= pre.n_pos <= 70 and len(post.labels) == 60
+    assert not set(pre.record_ids) & set(post.record_ids) and not set(pre.record_ids) & set(plain.units())
+    text = {t.id: t.text for t in data.targets}
+    s, d = set(ch.pretraining_inserts()), set(ch.adaptation_data().texts)
+    assert all((text[u] in s) == bool(y) for u, y in zip(pre.record_ids, pre.labels))
+    assert not any(text[u] in d for u in pre.record_ids)  # C_S never reaches the adaptation data
+    assert not any(text[u] in s for u in post.record_ids)  # nor C the pretraining data
+    assert all(ch.never_inserted(u) == (not y) for u, y in zip(pre.record_ids, pre.labels))
+    assert {"audit", "audit/pretrain"} <= ch.games_defined()
+    # the bits of C_S come from a stream of their own: they are not C's bits
+    assert list(pre.labels[:60]) != list(post.labels) or pre.n_pos != post.n_pos
+
+
+def test_pretraining_audit_game_needs_its_own_pool():
+    assert "audit/pretrain" not in [g.name for g in resolve_games("all")]
+    with pytest.raises(ConfigError, match="n_audit_pretrain is 0: set world n_audit_pretrain to at least"):
+        parse_suite(dict(TINY, games=["audit/pretrain"], world=dict(WORLD, n_audit=100)))
+
+
+def test_pretraining_audit_run_bounds_theta_and_checks_no_adaptation_claim(cache, tmp_path):
+    """θ memorises canaries inserted 8 times into S: a positive one-run bound; a DP ledger of the adaptation is
+    not a claim about θ, so the audit/pretrain game stores no claim row for the DP defense."""
+    raw = dict(TINY, games=["audit/pretrain"], world=dict(WORLD, n_audit_pretrain=100, pretrain_target_repeats=8),
+               attacks=["loss"], reference=False,
+               defenses=[{"name": "dp_adapt", "params": {"epsilon": 1.0, "delta": 1e-5, "epochs": 1}}])
+    store = Store(str(tmp_path / "p.db"))
+    result = Runner(parse_suite(raw), store, cache, quiet=True).run()
+    rows = store.metric_rows(result.run_id)
+    assert {r["game"] for r in rows} == {"audit/pretrain"}
+    by_metric = {r["metric"]: r for r in rows}
+    one_run = by_metric["eps_lb_one_run@95%,delta=1e-05"]
+    assert one_run["value"] > 0.5 and one_run["n_pos"] + one_run["n_neg"] == 100
+    assert not [m for m in by_metric if m.startswith("dp_claim@")]

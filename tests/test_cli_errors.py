@@ -209,7 +209,7 @@ def test_list_all_json_has_every_kind(cwd, capsys):
     assert rc == 0
     data = json.loads(out)
     assert set(data) == {"attacks", "defenses", "tasks", "games", "models", "suites"}
-    assert len(data["games"]) == 8 and {"name": "smoke"} in data["suites"]
+    assert len(data["games"]) == 9 and {"name": "smoke"} in data["suites"]
 
 
 def test_list_errors(cwd, capsys):

@@ -70,8 +70,11 @@ def text_of(data) -> dict[str, str]:
 # ---------------------------------------------------------------------------------------- the table
 
 def test_games_are_exactly_the_table():
-    assert set(DEFAULT_GAMES) == set(EXPECTED) and set(GAMES) == set(EXPECTED) | {"audit"}
-    assert GAMES["audit"].audit_pool and not any(GAMES[g].audit_pool for g in EXPECTED)  # tests/test_audit_game.py
+    assert set(DEFAULT_GAMES) == set(EXPECTED) and set(GAMES) == set(EXPECTED) | {"audit", "audit/pretrain"}
+    # the audit games: tests/test_audit_game.py
+    assert GAMES["audit"].audit_pool and GAMES["audit/pretrain"].audit_pool
+    assert (GAMES["audit"].target_model, GAMES["audit/pretrain"].target_model) == ("adapted", "pretrained")
+    assert not any(GAMES[g].audit_pool for g in EXPECTED)
     for name, (_, _, _, _, target_model, releases_base) in EXPECTED.items():
         assert GAMES[name].target_model == target_model, name
         assert GAMES[name].releases_base is releases_base, name
