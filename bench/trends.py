@@ -202,11 +202,13 @@ GUARD_ATTACKS = ("loss", "min_k", "reference")
 def check_guard(r: SuiteResults) -> TrendResult:
     """GUARD (anonymous preprint, under review): GUARD brings Loss / Min-K / Reference AUC near 0.5 at less utility cost than DP.
 
-    Compared at matched utility: GUARD and KD are tuned (epochs) to the validation loss DP-LoRA (ε = 8) reaches in
-    the same world. Rule (fixed before the run). Inconclusive unless the fine-tuned model leaks (strongest adapt
-    AUC ≥ LEAK_PRECONDITION) and DP-LoRA learned something (retained clearly above 0). Holds when GUARD's AUC is
-    near chance for all three attacks and its strongest-attack AUC is not clearly above DP-LoRA's (at the same
-    utility it protects at least as well). No other clause."""
+    Compared at matched utility: GUARD and KD are tuned (student learning rate, at the paper's 3 epochs) to the
+    validation loss DP-LoRA (ε = 8) reaches in the same world. Rule (fixed before the run). Inconclusive unless the
+    fine-tuned model leaks (strongest adapt AUC ≥ LEAK_PRECONDITION) and DP-LoRA learned something (retained clearly
+    above 0), and inconclusive when a matched defense's grid did not bracket DP-LoRA's loss in some seed (stored
+    ``target_bracketed`` = 0: not at matched utility). Holds when GUARD's AUC is near chance for all three attacks
+    and its strongest-attack AUC is not clearly above DP-LoRA's (at the same utility it protects at least as well).
+    No other clause."""
     few = _few_seeds(r)
     if few:
         return few
@@ -226,8 +228,19 @@ def check_guard(r: SuiteResults) -> TrendResult:
     if not ret["dp-lora-eps8"].mean - 2 * ret["dp-lora-eps8"].se > 0:
         return _inconclusive(nums, f"DP-LoRA at ε=8 learned nothing (utility retained {ret['dp-lora-eps8']}): "
                                    f"matching to it compares models that did not adapt")
+    unmatched = [x for x in ("guard", "kd") if _missed_target(r, x)]
+    if unmatched:
+        return _inconclusive(nums, f"{' and '.join(unmatched)} did not reach DP-LoRA's utility on its grid in every "
+                                   f"seed (target not bracketed): not a comparison at matched utility")
     holds = all(g[a].near_chance() for a in GUARD_ATTACKS) and g_max.not_clearly_above(d_max)
     return TrendResult(holds, nums)
+
+
+def _missed_target(r: SuiteResults, defense: str) -> bool:
+    """Whether a matched defense's grid failed to bracket its target loss in some seed (runs stored before the
+    ``target_bracketed`` row existed have none and are not judged by it)."""
+    return any(u["defense"] == defense and u["dataset"] == "match" and u["metric"] == "target_bracketed"
+               and u["value"] is not None and float(u["value"]) < 0.5 for u in r.utility)
 
 
 def check_hush(_: SuiteResults | None) -> TrendResult:

@@ -68,10 +68,12 @@ def test_dp_matched_needs_a_clear_gap_at_the_same_utility():
     assert check_dp_matched(SuiteResults(close, util)).holds is False
 
 
-def _guard(guard=(0.52, 0.50, 0.53), dp=(0.54, 0.55, 0.53), ret_dp=(0.2, 0.22, 0.19)):
+def _guard(guard=(0.52, 0.50, 0.53), dp=(0.54, 0.55, 0.53), ret_dp=(0.2, 0.22, 0.19), bracketed=(1.0, 1.0, 1.0)):
     rows = [r for a in MIA for r in _m("guard", a, guard) + _m("dp-lora-eps8", a, dp) + _m("kd", a, (0.7,) * 3) +
             _m("finetune", a, (0.9, 0.92, 0.91))]
     util = _retained("guard", (0.2,) * 3) + _retained("kd", (0.21,) * 3) + _retained("dp-lora-eps8", ret_dp)
+    util += _u("guard", "target_bracketed", bracketed, dataset="match") + \
+        _u("kd", "target_bracketed", (1.0,) * 3, dataset="match")
     return SuiteResults(rows, util)
 
 
@@ -80,6 +82,8 @@ def test_guard_trend_at_matched_utility():
     assert check_guard(_guard(guard=(0.64, 0.66, 0.65))).holds is False        # not near chance
     assert check_guard(_guard(guard=(0.55, 0.56, 0.555), dp=(0.50, 0.505, 0.50))).holds is False  # worse than DP
     assert check_guard(_guard(ret_dp=(0.0, 0.01, -0.01))).holds is None        # DP-LoRA learned nothing
+    missed = check_guard(_guard(bracketed=(1.0, 0.0, 1.0)))                     # GUARD's grid missed in seed 1
+    assert missed.holds is None and "not a comparison at matched utility" in missed.why
 
 
 def _naf(scp_b=(1.8, 1.9, 1.7), ft=(6.5, 6.2, 6.8), acc_b=0.12):
