@@ -391,24 +391,52 @@ class HFLanguageModel(LanguageModel):
 
     @torch.no_grad()
     def generate(self, prompts: Sequence[str], max_new_tokens: int) -> list[str]:
-        """Greedy continuations, one prompt at a time (no padding, so each equals an unbatched call); cached by
-        (fingerprint, prompt, length) in the signal cache, so a rerun or another attack generates nothing twice."""
+        """Greedy continuations, cached by (fingerprint, prompt, length) in the signal cache, so a rerun or another
+        attack generates nothing twice.
+
+        Prompts of the same token length are generated together (up to ``batch_size`` at a time): a batch of
+        equal lengths needs no padding, attention mask or position shift, so each continuation is the one an
+        unbatched call gives (on the CPU, 265 prompts of 12 lengths gave the same 265 texts batched and one by
+        one, 10.9× faster; tests/test_generation_batched.py). A sequence that ends early is padded with the pad
+        token, which decoding drops. On a GPU, kernels for other batch shapes may round differently, so a
+        near-tied greedy choice can flip (docs/determinism.md)."""
         keys = [content_hash(text_hash(p), max_new_tokens) for p in prompts]
         have = self._cache.lookup_generations(self.fingerprint, keys)
+        todo: dict[str, list[int]] = {}
+        for p, k in zip(prompts, keys):
+            if k not in have and k not in todo:
+                todo[k] = self.encode(p)
+        by_length: dict[int, list[str]] = {}
+        for k, ids in todo.items():
+            by_length.setdefault(len(ids), []).append(k)
         new: dict[str, str] = {}
-        todo = [(p, k) for p, k in zip(prompts, keys) if k not in have]
-        for p, k in tqdm(todo, desc="generating", unit="prompt", disable=not self.progress or len(todo) < 8):
-            if k in new:
+        bar = tqdm(total=len(todo), desc="generating", unit="prompt", disable=not self.progress or len(todo) < 8)
+        from bench.device import run_with_oom_backoff
+        for length in sorted(by_length):
+            group = by_length[length]
+            run_with_oom_backoff(lambda bs: self._generate_group(group, todo, length, max_new_tokens, bs, new, bar),
+                                 self.batch_size, self.device, on_shrink=self._remember_batch_size)
+        bar.close()
+        self._cache.add_generations(self.fingerprint, new)
+        have.update(new)
+        return [have[k] for k in keys]
+
+    def _generate_group(self, group: list[str], encoded: dict[str, list[int]], length: int, max_new_tokens: int,
+                        batch_size: int, out: dict[str, str], bar) -> None:
+        """Greedy continuations of equal-length prompts ``group`` (keys into ``encoded``), ``batch_size`` at a time;
+        a batch already in ``out`` (before an out-of-memory retry) is not generated again."""
+        for start in range(0, len(group), batch_size):
+            chunk = [k for k in group[start:start + batch_size] if k not in out]
+            if not chunk:
                 continue
-            ids = torch.tensor([self.encode(p)], device=self.device)
+            ids = torch.tensor([encoded[k] for k in chunk], device=self.device)
             with self._autocast():
                 gen = self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                            max_new_tokens=max_new_tokens, do_sample=False,
                                            pad_token_id=self._tok.pad_token_id)
-            new[k] = self._tok.decode(gen[0, ids.shape[1]:], skip_special_tokens=True)
-        self._cache.add_generations(self.fingerprint, new)
-        have.update(new)
-        return [have[k] for k in keys]
+            for row, k in zip(gen[:, length:], chunk):
+                out[k] = self._tok.decode(row, skip_special_tokens=True)
+            bar.update(len(chunk))
 
 
 class RestrictedModel(LanguageModel):

@@ -1,0 +1,73 @@
+"""Batched greedy generation (``HFLanguageModel.generate``) returns, for every prompt, the text Hugging Face's
+``generate`` gives for that prompt alone: prompts of mixed lengths, duplicates, continuations that stop at EOS,
+and any batch size."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from bench.lm import HFLanguageModel, SignalCache
+from bench.modeling import ModelSpec, build_scratch_model
+from bench.tokenizer import train_bpe_tokenizer
+from bench.training import train_causal_lm
+from tests.worlds import synthetic_corpus
+
+MAX_LEN = 64
+NEW = 16
+
+
+@pytest.fixture(scope="module")
+def model_and_tok(tmp_path_factory):
+    from transformers import AutoTokenizer
+    torch.set_num_threads(1)
+    root = tmp_path_factory.mktemp("gen")
+    corpus = synthetic_corpus(300, seed=5)
+    train_bpe_tokenizer(corpus, root / "bpe", vocab_size=512)
+    tok = AutoTokenizer.from_pretrained(str(root / "bpe"))
+    spec = ModelSpec("t", num_layers=2, hidden_size=64, num_heads=4, context_length=MAX_LEN, vocab_size=512,
+                     autocast_bf16=False, score_batch_size=16)
+    model = build_scratch_model(spec, tok, seed=0)
+    # every text ends in EOS, so a trained model stops some continuations early
+    seqs = [([tok.bos_token_id] + tok(t, add_special_tokens=False)["input_ids"])[:MAX_LEN - 1] + [tok.eos_token_id]
+            for t in corpus]
+    train_causal_lm(model, seqs, epochs=6, lr=3e-3, batch_size=8, seed=0, pad_id=tok.pad_token_id, progress=False)
+    return model.eval(), tok, corpus
+
+
+def _alone(model, tok, prompt: str) -> str:
+    ids = torch.tensor([[tok.bos_token_id] + tok(prompt, add_special_tokens=False)["input_ids"]])
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=NEW, do_sample=False,
+                             pad_token_id=tok.pad_token_id)
+    return tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 64])
+def test_batched_generation_equals_one_prompt_at_a_time(model_and_tok, batch_size):
+    model, tok, corpus = model_and_tok
+    prompts = [" ".join(t.split()[: 1 + i % 7]) for i, t in enumerate(corpus[:80])]
+    prompts += prompts[:10]  # duplicates: generated once, returned for each
+    lm = HFLanguageModel(model, tok, fingerprint=f"gen-{batch_size}", max_length=MAX_LEN, batch_size=batch_size,
+                         cache=SignalCache(None))
+    got = lm.generate(prompts, NEW)
+    want = [_alone(model, tok, p) for p in prompts]
+    assert got == want
+    assert len({len(tok(p)["input_ids"]) for p in prompts}) >= 5  # several length groups
+    # some continuation stopped at EOS before NEW tokens (its batch neighbours went on): padding was dropped
+    assert any(len(tok(g, add_special_tokens=False)["input_ids"]) < NEW - 2 for g in want)
+
+
+def test_generations_are_cached_and_not_recomputed(model_and_tok, tmp_path):
+    model, tok, corpus = model_and_tok
+    prompts = [" ".join(t.split()[:3]) for t in corpus[:12]]
+    cache = SignalCache(tmp_path / "signals")
+    first = HFLanguageModel(model, tok, fingerprint="cached", max_length=MAX_LEN, cache=cache).generate(prompts, NEW)
+
+    class NoGenerate(torch.nn.Module):  # the model a warm call must never run
+        def generate(self, **kwargs):
+            raise AssertionError("generated again although every prompt was cached")
+
+    warm = HFLanguageModel(NoGenerate(), tok, fingerprint="cached", max_length=MAX_LEN, device=torch.device("cpu"),
+                           cache=SignalCache(tmp_path / "signals"))
+    assert warm.generate(prompts, NEW) == first
