@@ -174,7 +174,7 @@ class ArtifactCache:
         out: dict[str, list[str]] = {"valid": [], "invalid": []}
         for kind_dir in sorted(p for p in self.root.iterdir() if p.is_dir() and p.name != "signals"):
             for art in sorted(p for p in kind_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
-                ok = self.is_valid(kind_dir.name, art.name)
+                ok = artifact_is_valid(art)  # this directory's copy, whatever a store holds
                 out["valid" if ok else "invalid"].append(f"{kind_dir.name}/{art.name}")
         return out
 
