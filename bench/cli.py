@@ -94,8 +94,9 @@ def run(
     else:
         s = load_suite(suite)
     from bench.artifact_store import open_store
-    artifacts = ArtifactCache(cache, store=open_store(artifact_store))  # checked before the database is touched
+    shared = open_store(artifact_store)  # checked before the database is touched
     store = _store(db)
+    artifacts = ArtifactCache(cache, store=shared)  # created only once the database opened
     draw_secret = secrets.token_hex(16) if secret_draw else None
     runner = Runner(s, store, artifacts, command=" ".join(["privbench"] + sys.argv[1:]), quiet=quiet,
                     executor=runner_executor, draw_secret=draw_secret)

@@ -150,4 +150,4 @@ def test_cli_refuses_an_unwritable_store_before_touching_the_database(tmp_path):
                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
     assert out.returncode == 2
     assert out.stderr.strip().count("\n") == 0 and "refuses writes" in out.stderr
-    assert not (tmp_path / "x.db").exists()
+    assert not (tmp_path / "x.db").exists() and not (tmp_path / "cache").exists()
