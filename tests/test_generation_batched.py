@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bench.lm import HFLanguageModel, SignalCache
+from bench.lm import GREEDY_TIE_MARGIN, HFLanguageModel, SignalCache
 from bench.modeling import ModelSpec, build_scratch_model
 from bench.tokenizer import train_bpe_tokenizer
 from bench.training import train_causal_lm
@@ -71,3 +71,57 @@ def test_generations_are_cached_and_not_recomputed(model_and_tok, tmp_path):
     warm = HFLanguageModel(NoGenerate(), tok, fingerprint="cached", max_length=MAX_LEN, device=torch.device("cpu"),
                            cache=SignalCache(tmp_path / "signals"))
     assert warm.generate(prompts, NEW) == first
+
+
+def test_a_near_tie_is_decided_as_an_unbatched_call_decides_it(model_and_tok, monkeypatch):
+    """Batching may round logits differently; where the top two come closer than GREEDY_TIE_MARGIN the row is
+    generated again on its own. Here the runner-up token is put 1e-5 from the best: alone it wins, in a batch it
+    loses, as a rounding difference could make it."""
+    model, tok, corpus = model_and_tok
+    prompts = [" ".join(t.split()[:2]) for t in corpus[:24]]
+    original = model.forward
+
+    def near_tie(*args, **kw):
+        out = original(*args, **kw)
+        last = out.logits[:, -1]
+        top = last.topk(2, dim=-1).indices
+        r = torch.arange(last.shape[0])
+        last[r, top[:, 1]] = last[r, top[:, 0]] + (1e-5 if last.shape[0] == 1 else -1e-5)
+        return out
+    monkeypatch.setattr(model, "forward", near_tie)
+    assert 1e-5 < GREEDY_TIE_MARGIN
+    want = [_alone(model, tok, p) for p in prompts]
+    rows: list[int] = []
+    generate = model.generate
+    monkeypatch.setattr(model, "generate", lambda **kw: (rows.append(kw["input_ids"].shape[0]), generate(**kw))[1])
+    got = HFLanguageModel(model, tok, fingerprint="tie", max_length=MAX_LEN, batch_size=64,
+                          cache=SignalCache(None)).generate(prompts, NEW)
+    assert got == want
+    assert max(rows) > 1 and rows.count(1) >= len(set(prompts)) - len({len(tok(p)["input_ids"]) for p in prompts})
+
+
+class _PadIsAWord:
+    """The tokenizer with an ordinary word as its pad token (not a special token, so decoding keeps it)."""
+
+    def __init__(self, tok, pad_id: int) -> None:
+        self._tok, self.pad_token_id = tok, pad_id
+
+    def __getattr__(self, name):
+        return getattr(self._tok, name)
+
+    def __call__(self, *args, **kw):
+        return self._tok(*args, **kw)
+
+
+def test_rows_finished_early_are_cut_at_eos_whatever_the_pad_token(model_and_tok):
+    """Hugging Face fills a finished row with the pad token while the batch goes on; a call on that prompt alone
+    stops at EOS. A continuation must never show the padding, even where decoding would keep the pad token."""
+    model, tok, corpus = model_and_tok
+    word = next(i for i in tok(corpus[0], add_special_tokens=False)["input_ids"] if i not in tok.all_special_ids)
+    padded = _PadIsAWord(tok, word)
+    prompts = [" ".join(t.split()[: 1 + i % 7]) for i, t in enumerate(corpus[:80])]
+    want = [_alone(model, padded, p) for p in prompts]
+    assert any(len(tok(g, add_special_tokens=False)["input_ids"]) < NEW - 2 for g in want)  # some stopped early
+    got = HFLanguageModel(model, padded, fingerprint="pad", max_length=MAX_LEN, batch_size=64,
+                          cache=SignalCache(None)).generate(prompts, NEW)
+    assert got == want
