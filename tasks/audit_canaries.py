@@ -41,12 +41,19 @@ Deviations from Panda et al., forced by the setting:
   (the default) no token serves two canaries (``bigram``: no first token and no second token twice), so a
   non-member's secret shares no token with a member's.
 
+Defaults: the never-seen tokens run short as the corpus grows (more text reaches more of the vocabulary): with
+``max_chars_per_source`` 600 000 (this task's default; ``mini_pile``'s is 3 000 000) about 670 usable tokens occur
+neither in the pretraining partition nor in the fine-tuning data, against about 200 at 3 000 000. The defaults (256 canaries of 2
+tokens: 512 distinct tokens) therefore build for every design; more canaries or longer secrets need a smaller corpus
+or ``reuse: true`` (which lets a non-member share tokens with members).
+
 Members and non-members are built the same way, before the challenger draws who goes into the data: which canary
 is a member is independent of its design.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 import tempfile
@@ -222,14 +229,15 @@ class AuditCanaries(OnMiniPile, Task):
               "the fine-tuning data), unigram (rarest in the fine-tuning data), bigram (rare x, least likely y "
               "after x, repeated) or random", choices=DESIGNS),
         Param("n_canaries", int, 256, "canaries in the target pool (at most the mini_pile target records)", low=8),
-        Param("secret_tokens", int, 4, "tokens of each secret (bigram: even, the pair repeated)", low=1, high=32),
+        Param("secret_tokens", int, 2, "tokens of each secret (bigram: even, the pair repeated)", low=1, high=32),
         Param("prefix_tokens", int, 32, "tokens of the in-distribution prefix (the start of a mini_pile target "
               "record)", low=1, high=96),
         Param("reuse", bool, False, "let a token serve several canaries (false: each token at most one canary)"),
         Param("vocab_size", int, 8192, "vocabulary of the scratch byte-level BPE the secrets are designed for (the "
               "nano, micro and mini models: 8192)", low=512),
         Param("seed", int, 0, "seed of the prefixes, the token draws and the tie-breaks"),
-    ) + MiniPile.params
+    ) + tuple(dataclasses.replace(p, default=600_000) if p.name == "max_chars_per_source" else p
+              for p in MiniPile.params)
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
