@@ -43,9 +43,9 @@ Deviations from Panda et al., forced by the setting:
 
 Defaults: the never-seen tokens run short as the corpus grows (more text reaches more of the vocabulary): with
 ``max_chars_per_source`` 600 000 (this task's default; ``mini_pile``'s is 3 000 000) about 670 usable tokens occur
-neither in the pretraining partition nor in the fine-tuning data, against about 200 at 3 000 000. The defaults (256 canaries of 2
-tokens: 512 distinct tokens) therefore build for every design; more canaries or longer secrets need a smaller corpus
-or ``reuse: true`` (which lets a non-member share tokens with members).
+neither in the pretraining partition nor in the fine-tuning data, against about 200 at 3 000 000. The defaults
+(256 canaries of 2 tokens: 512 distinct tokens) therefore build for every design; more canaries or longer secrets
+need a smaller corpus or ``reuse: true`` (which lets a non-member share tokens with members).
 
 Members and non-members are built the same way, before the challenger draws who goes into the data: which canary
 is a member is independent of its design.
