@@ -22,11 +22,11 @@ T = TypeVar("T")
 BUILTIN_MODULES = {
     "attack": ["attacks.loss", "attacks.zlib", "attacks.lowercase", "attacks.min_k", "attacks.min_k_pp",
                "attacks.reference", "attacks.recall", "attacks.rmia", "attacks.self_prompt",
-               "attacks.exposure", "attacks.extraction", "attacks.user_inference"],
+               "attacks.exposure", "attacks.extraction", "attacks.user_inference", "attacks.secret_loss"],
     "defense": ["defenses.finetune", "defenses.lora", "defenses.dp", "defenses.mitigations", "defenses.dedup",
                 "defenses.goldfish", "defenses.guard", "defenses.hush", "defenses.naf", "defenses.none"],
     "task": ["tasks.mini_pile", "tasks.pile_subsets", "tasks.canaries", "tasks.names2ids", "tasks.users",
-             "tasks.secrets", "tasks.hub", "tasks.user_files"],
+             "tasks.secrets", "tasks.hub", "tasks.user_files", "tasks.audit_canaries"],
 }
 ENTRY_POINT_GROUPS = {"attack": "privbench.attacks", "defense": "privbench.defenses", "task": "privbench.tasks"}
 
