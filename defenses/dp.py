@@ -43,8 +43,10 @@ gradient samplers; ``vmap`` is one ``torch.func`` vmap over the model (``_VmapDP
 fast gradient clipping: the ghost norm of Li et al. (2022) for Linear and Embedding layers (per-record norms
 from activations and backprops, no per-record gradient), per-record gradients only for the other layers
 (LayerNorm: mixed ghost clipping), then a second backward pass of the clipping-weighted per-record losses.
-All four clip each record's gradient to ``clip`` and add the same noise to the sum (tested: ghost equals
-hooks step for step). On the CPU models of this project ghost is slower than hooks (two backward passes;
+``bk`` is book-keeping (Bu et al. 2023, :mod:`defenses.dp_bookkeeping`): one backward pass without weight
+gradients, per-record norms and the clipped sum from each layer's activations and output gradients; the fastest
+mode for full, head and LoRA fine-tuning (1.01–1.24× a non-private step on CPU). All five clip each record's
+gradient to ``clip`` and add the same noise to the sum (tested: ghost and bk equal hooks step for step). On the CPU models of this project ghost is slower than hooks (two backward passes;
 docs/benchmarks.md), so hooks stays the default; ghost saves memory, which matters on large models.
 """
 
@@ -71,7 +73,9 @@ METHODS = ("full", "head", "lora", "prefix")
 EPSILON_GRID = (0.1, 0.5, 1.0, 3.0, 8.0, math.inf)  # the privacy regimes of Marek et al. (2026)
 DEFAULT_LR = {"full": 1e-3, "head": 1e-3, "lora": 3e-3, "prefix": 1e-2}
 LORA_TARGETS = ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]
-GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost", "vmap")
+GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost", "vmap", "bk")
+#: measure_step_cost's name for SmolLM2-135M's architecture (the realistic track's model) with random weights
+SMOLLM2_ARCH = "smollm2-135m-arch"
 
 class _EpsilonParam(Param):
     """A float parameter that also accepts infinity (``inf``, ``.inf``): the ε = ∞ column of the grid."""
@@ -111,7 +115,9 @@ PARAMS = (
           "chunks; 32 keeps that prefix-to-chunk ratio of 1/4 for the 128-token chunks of the tiny models)", low=1),
     Param("grad_sample_mode", str, "hooks", "per-record gradients: Opacus hooks or functorch, Opacus' ghost "
           "clipping (per-record norms without per-record gradients, two backward passes), or one torch.func "
-          "vmap over the whole model (with Opacus' DPOptimizer and accountant)",
+          "vmap over the whole model (with Opacus' DPOptimizer and accountant), or book-keeping (Bu et al. 2023: "
+          "one backward without weight gradients; norms and the clipped sum from activations and output "
+          "gradients; defenses/dp_bookkeeping.py)",
           choices=GRAD_SAMPLE_MODES),
 )
 
@@ -255,14 +261,18 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
             sigma = noise_for_epsilon(epsilon, delta, sample_rate, steps, accountant=accountant)
             calibrated_by, target = accountant, float(epsilon)
         noise_gen = torch.Generator(device=device).manual_seed(seed + 1)
-        if grad_sample_mode == "vmap":
-            # Opacus' Poisson loader and RDP accountant; per-record gradients, clipping and noise by _VmapDP
+        if grad_sample_mode in ("vmap", "bk"):
+            # Opacus' Poisson loader and RDP accountant; per-record norms, clipping and noise by _VmapDP or
+            # BookKeepingDP
             from opacus.accountants import RDPAccountant
+
+            from defenses.dp_bookkeeping import BookKeepingDP
             loader = DPDataLoader.from_data_loader(loader, generator=gen)
             accountant_obj = RDPAccountant()
-            opt = vmap_dp = _VmapDP(model, opt, noise_multiplier=sigma, max_grad_norm=clip,
-                                    expected_batch_size=int(n * sample_rate), generator=noise_gen,
-                                    accountant=accountant_obj, sample_rate=sample_rate)
+            kw = {"loss_fn": record_losses} if grad_sample_mode == "bk" else {}
+            opt = vmap_dp = (_VmapDP if grad_sample_mode == "vmap" else BookKeepingDP)(
+                model, opt, noise_multiplier=sigma, max_grad_norm=clip, expected_batch_size=int(n * sample_rate),
+                generator=noise_gen, accountant=accountant_obj, sample_rate=sample_rate, **kw)
         else:
             # Opacus rebuilds ``loader`` as a DPDataLoader whose sampler uses ``loader.generator`` (= gen):
             # the same Poisson batches as the vmap and epsilon = inf paths below
@@ -478,8 +488,9 @@ def train_prefix(model: torch.nn.Module, seqs: list[list[int]], *, prefix_length
     """
     from peft import PrefixTuningConfig, get_peft_model
 
-    if train_kw.get("grad_sample_mode") == "vmap":
-        raise ConfigError("dp_adapt: method prefix with grad_sample_mode vmap is not supported (the vmap path "
+    mode = train_kw.get("grad_sample_mode")
+    if mode in ("vmap", "bk"):
+        raise ConfigError(f"dp_adapt: method prefix with grad_sample_mode {mode} is not supported (that path "
                           "differentiates the model's own weights and input embedding, not peft's prompt "
                           "encoder): use grad_sample_mode hooks or functorch")
     cfg = PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=prefix_length)
@@ -644,29 +655,39 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
     bad = [m for m in modes if m not in GRAD_SAMPLE_MODES]
     if bad:
         raise ConfigError(f"measure_step_cost: unknown modes {bad}: use {', '.join(GRAD_SAMPLE_MODES)}")
-    if spec_name not in BUILTIN_SPECS:
-        raise ConfigError(f"measure_step_cost: unknown spec {spec_name!r}: use one of {', '.join(BUILTIN_SPECS)}")
+    if spec_name not in BUILTIN_SPECS and spec_name != SMOLLM2_ARCH:
+        raise ConfigError(f"measure_step_cost: unknown spec {spec_name!r}: use one of "
+                          f"{', '.join([*BUILTIN_SPECS, SMOLLM2_ARCH])}")
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cuda = dev.type == "cuda"
-    spec = BUILTIN_SPECS[spec_name]
-    cfg = GPTNeoXConfig(vocab_size=vocab, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
-                        num_attention_heads=spec.num_heads, intermediate_size=4 * spec.hidden_size,
-                        max_position_embeddings=spec.context_length, rotary_pct=0.25, use_parallel_residual=True,
-                        tie_word_embeddings=False)
+    lora_targets = LORA_TARGETS
+    if spec_name == SMOLLM2_ARCH:  # the realistic track's architecture, random weights (speed does not need them)
+        from transformers import LlamaConfig, LlamaForCausalLM
+        cfg = LlamaConfig(vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
+                          num_key_value_heads=3, intermediate_size=1536, max_position_embeddings=2048,
+                          rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True)
+        vocab, model_cls, lora_targets = 49152, LlamaForCausalLM, ["q_proj", "k_proj", "v_proj", "o_proj"]
+    else:
+        spec = BUILTIN_SPECS[spec_name]
+        cfg = GPTNeoXConfig(vocab_size=vocab, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
+                            num_attention_heads=spec.num_heads, intermediate_size=4 * spec.hidden_size,
+                            max_position_embeddings=spec.context_length, rotary_pct=0.25, use_parallel_residual=True,
+                            tie_word_embeddings=False)
+        model_cls = GPTNeoXForCausalLM
     g = torch.Generator().manual_seed(seed)
     data = [torch.randint(0, vocab, (batch, length), generator=g).to(dev) for _ in range(steps)]
     mask = torch.ones(batch, length, dtype=torch.long, device=dev)
 
     def build():
         torch.manual_seed(seed)
-        m = GPTNeoXForCausalLM(cfg)
+        m = model_cls(cfg)
         if method == "head":
             for p in m.parameters():
                 p.requires_grad_(False)
             m.get_output_embeddings().weight.requires_grad_(True)
         elif method == "lora":
             from peft import LoraConfig, get_peft_model
-            m = get_peft_model(m, LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, task_type="CAUSAL_LM"))
+            m = get_peft_model(m, LoraConfig(r=8, lora_alpha=16, target_modules=lora_targets, task_type="CAUSAL_LM"))
         elif method == "prefix":
             from peft import PrefixTuningConfig, get_peft_model
             m = get_peft_model(m, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=32))
@@ -680,11 +701,13 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
         m = build()
         opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4)
         try:
-            if mode == "vmap":
+            if mode in ("vmap", "bk"):
                 if method == "prefix":
-                    raise ConfigError("vmap does not differentiate peft's prompt encoder")
-                vg = _VmapDP(m, opt, noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=batch,
-                             generator=None)
+                    raise ConfigError(f"{mode} does not differentiate peft's prompt encoder")
+                from defenses.dp_bookkeeping import BookKeepingDP
+                kw = {"loss_fn": record_losses} if mode == "bk" else {}
+                vg = (_VmapDP if mode == "vmap" else BookKeepingDP)(m, opt, noise_multiplier=1.0, max_grad_norm=0.1,
+                                                                    expected_batch_size=batch, generator=None, **kw)
                 runs[mode] = (m, vg, vg, None)
                 continue
             loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(batch * 4, 1)),

@@ -355,11 +355,15 @@ def test_prefix_trains_under_dp(world):
     assert rep["ledger"]["eps_rdp"] <= 8.0
 
 
-@pytest.mark.parametrize("method", ["full", "lora"])
-def test_vmap_dp_step_equals_opacus(world, method):
-    """The fast path (_VmapDP: one vmap over the model, sparse input-embedding gradients, own clip + noise)
-    gives the same noise-free clipped update as Opacus' hooks + DPOptimizer."""
+@pytest.mark.parametrize("fast,method", [("vmap", "full"), ("vmap", "lora"), ("bk", "full"), ("bk", "head"),
+                                         ("bk", "lora")])
+def test_vmap_dp_step_equals_opacus(world, fast, method):
+    """The fast paths (_VmapDP: one vmap over the model, sparse input-embedding gradients, own clip + noise;
+    BookKeepingDP: norms and clipped sums from activations and output gradients) give the same noise-free
+    clipped update as Opacus' hooks + DPOptimizer."""
     from opacus import PrivacyEngine
+
+    from defenses.dp_bookkeeping import BookKeepingDP
 
     seqs = world["ctx"].encode(world["data"].texts[:6], 64)
     ids, mask = _Collate(world["ctx"].pad_id)(seqs)  # right-padded, lengths differ
@@ -367,6 +371,10 @@ def test_vmap_dp_step_equals_opacus(world, method):
 
     def build():
         model = _model(world).train()
+        if method == "head":
+            for p in model.parameters():
+                p.requires_grad_(False)
+            model.get_output_embeddings().weight.requires_grad_(True)
         if method == "lora":
             from peft import LoraConfig, get_peft_model
             model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS,
@@ -390,11 +398,12 @@ def test_vmap_dp_step_equals_opacus(world, method):
     hooks.cleanup()
 
     model = build()
-    fast = _VmapDP(model, torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0),
-                   noise_multiplier=0.0, max_grad_norm=clip, expected_batch_size=6, generator=None)
-    assert (fast.emb is not None) == (method == "full")
-    fast.backward(ids, mask)
-    fast.step()
+    step = (_VmapDP if fast == "vmap" else BookKeepingDP)(
+        model, torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0), noise_multiplier=0.0,
+        max_grad_norm=clip, expected_batch_size=6, generator=None)
+    assert (step.emb is not None) == (method == "full")
+    step.backward(ids, mask)
+    step.step()
     got = {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
     assert got.keys() == ref.keys()
     scale = max(float(v.abs().max()) for v in ref.values())
@@ -405,12 +414,14 @@ def test_vmap_dp_step_equals_opacus(world, method):
     assert total <= clip + 1e-6
 
 
-@pytest.mark.parametrize("method", ["full", "head", "lora", "prefix"])
-def test_ghost_step_equals_hooks_with_noise(world, method, monkeypatch):
-    """Opacus' ghost clipping (norms without per-record gradients; mixed for LayerNorm) takes the same
-    clipped-and-noised step as the hooks mode: same seed, same Poisson batch, same noise generator, and the
-    same privacy ledger. The noisy gradients AdamW receives are compared, not only the weights (Adam's
-    first step is about lr·sign(g), which would hide a wrong clipping scale)."""
+@pytest.mark.parametrize("mode,method", [("ghost", "full"), ("ghost", "head"), ("ghost", "lora"), ("ghost", "prefix"),
+                                         ("bk", "full"), ("bk", "head"), ("bk", "lora")])
+def test_fast_clipping_step_equals_hooks_with_noise(world, mode, method, monkeypatch):
+    """Opacus' ghost clipping (norms without per-record gradients; mixed for LayerNorm) and book-keeping (one
+    backward without weight gradients; defenses/dp_bookkeeping.py) take the same clipped-and-noised step as the
+    hooks mode: same seed, same Poisson batch, same noise generator, and the same privacy ledger. The noisy
+    gradients AdamW receives are compared, not only the weights (Adam's first step is about lr·sign(g), which
+    would hide a wrong clipping scale)."""
     from defenses.dp import ghost_coverage
 
     seqs = world["ctx"].encode(world["data"].texts, 64)
@@ -449,7 +460,7 @@ def test_ghost_step_equals_hooks_with_noise(world, method, monkeypatch):
         return model, before, after, rep, list(grads)
 
     _, before, ref, rep_h, g_h = run("hooks")
-    model, _, got, rep_g, g_g = run("ghost")
+    model, _, got, rep_g, g_g = run(mode)
     assert len(g_h) == len(g_g) == len(ref) > 0
     scale = max(float(g.abs().max()) for g in g_h)
     for a, b in zip(g_h, g_g):
@@ -462,7 +473,9 @@ def test_ghost_step_equals_hooks_with_noise(world, method, monkeypatch):
         assert any(not torch.equal(before[k], got[k]) for k in got)
     led_h = {k: v for k, v in rep_h["ledger"].items() if k != "grad_sample_mode"}
     led_g = {k: v for k, v in rep_g["ledger"].items() if k != "grad_sample_mode"}
-    assert led_h == led_g and rep_g["ledger"]["grad_sample_mode"] == "ghost"
+    assert led_h == led_g and rep_g["ledger"]["grad_sample_mode"] == mode
+    if mode != "ghost":
+        return
     cover = ghost_coverage(model)
     assert "Linear" in cover["ghost"] or "Embedding" in cover["ghost"]
     if method == "full":
@@ -477,7 +490,31 @@ def test_measure_step_cost_reports_every_mode_and_the_device():
     for mode in ("hooks", "functorch", "ghost"):
         assert r[f"{mode}_ratio_cpu"] > 0, mode
     assert "vmap" in r["vmap_error"] and "vmap_cpu_s" not in r  # vmap cannot train a prefix: said, not hidden
+    assert "bk" in r["bk_error"] and "bk_cpu_s" not in r
     table = step_cost_table([r])
     assert "ghost" in table and table.splitlines()[-1].split()[0] == "prefix" and "n/a" in table
     with pytest.raises(ConfigError, match="unknown method"):
         measure_step_cost("nano", method="everything")
+
+
+def test_bookkeeping_refuses_what_it_cannot_clip_exactly():
+    """Book-keeping tracks Linear, LayerNorm and the input Embedding; a tied embedding (one parameter, two
+    layers) or another trainable layer type must be refused with the modes that handle it, not mis-clipped."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, LlamaConfig, LlamaForCausalLM
+
+    from defenses.dp_bookkeeping import BookKeepingDP
+
+    def make(model):
+        return BookKeepingDP(model, torch.optim.SGD(model.parameters(), lr=0.0), noise_multiplier=1.0,
+                             max_grad_norm=1.0, expected_batch_size=4, generator=None)
+
+    tied = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                            intermediate_size=32, tie_word_embeddings=True))
+    with pytest.raises(ConfigError, match="tied embeddings.*hooks"):
+        make(tied)
+    rms = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                       num_key_value_heads=2, intermediate_size=32, tie_word_embeddings=False))
+    with pytest.raises(ConfigError, match="LlamaRMSNorm.*hooks or vmap"):
+        make(rms)
+    with pytest.raises(ConfigError, match="prefix with grad_sample_mode bk"):
+        train_prefix(tied, [[1, 2, 3]], prefix_length=2, grad_sample_mode="bk")

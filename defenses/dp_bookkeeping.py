@@ -1,0 +1,213 @@
+"""Book-keeping DP-SGD (Bu, Wang, Zha and Karypis 2023): per-record clipping at about the cost of one
+non-private step.
+
+A non-private step is one forward and one backward pass; the backward computes the activation gradients
+and, from them and the saved activations, the weight gradients. DP-SGD needs each record's gradient norm
+before it may sum. Opacus' hooks materialise every per-record weight gradient besides the summed one; its
+ghost clipping gets the norms without them but then runs a second backward pass. Book-keeping runs the
+backward once *without* weight gradients, keeps each layer's activations a and output gradients g (the
+"book"), and from them computes
+
+* the per-record norms: for a Linear layer ||g_iᵀ a_i||²_F = Σ_{t,s} (a_it·a_is)(g_it·g_is) (the ghost norm,
+  Li et al. 2022) when T·(d_in + d_out) < d_in·d_out, else by forming g_iᵀ a_i; LayerNorm and bias gradients
+  are small and formed directly; the input embedding's norm is Σ_{t,s} [x_it = x_is] g_it·g_is;
+* the clipped sum Σ_i c_i g_iᵀ a_i = (c ∘ g)ᵀ a: one matrix product per layer, the same work as the weight
+  gradient the non-private backward computes (or, where the per-record gradients were formed for the norm,
+  their weighted sum).
+
+Clipping (flat, c_i = min(1, C / (||g_i|| + 1e-6))), the noise N(0, (σC)²) drawn per parameter in the
+optimizer's order, the division by the expected batch size and the accountant step are Opacus' DPOptimizer's,
+so the step equals the hooks mode's for the same batch and noise generator (tests/test_dp.py).
+
+Only the layers a step needs are tracked: trainable parameters are switched to ``requires_grad=False`` for the
+pass, and the output of the first trainable layer on a path becomes the leaf of the backward, so with only
+the head trainable the frozen body runs without autograd, as in the non-private step. Supported trainable
+modules: ``nn.Linear`` (LoRA's A and B are Linear layers), ``nn.LayerNorm`` over the last dimension and the
+input ``nn.Embedding``. Anything else (tied input and output embeddings, RMSNorm, prefix encoders) is refused
+with the modes that handle it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from bench.errors import ConfigError
+
+SUPPORTED = (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Embedding)
+
+
+def _tracked_modules(model: torch.nn.Module) -> tuple[dict[str, torch.nn.Module], torch.nn.Embedding | None]:
+    """The modules owning trainable parameters (by name) and the trainable input embedding, checked."""
+    owners: dict[int, str] = {}
+    modules: dict[str, torch.nn.Module] = {}
+    for name, module in model.named_modules():
+        own = [p for p in module.parameters(recurse=False) if p.requires_grad]
+        if not own:
+            continue
+        if not isinstance(module, SUPPORTED):
+            raise ConfigError(f"dp_adapt: grad_sample_mode bk cannot track {type(module).__name__} ({name}): it "
+                              f"supports Linear, LayerNorm and the input Embedding; use grad_sample_mode hooks "
+                              f"or vmap")
+        if isinstance(module, torch.nn.LayerNorm) and len(module.normalized_shape) != 1:
+            raise ConfigError(f"dp_adapt: grad_sample_mode bk needs LayerNorm over the last dimension ({name}): "
+                              f"use grad_sample_mode hooks")
+        for p in own:
+            if id(p) in owners:
+                raise ConfigError(f"dp_adapt: grad_sample_mode bk cannot clip a parameter shared by {owners[id(p)]} "
+                                  f"and {name} (tied embeddings): use grad_sample_mode hooks")
+            owners[id(p)] = name
+        modules[name] = module
+    emb = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else None
+    emb = emb if emb is not None and any(m is emb for m in modules.values()) else None
+    for name, module in modules.items():
+        if isinstance(module, torch.nn.Embedding) and module is not emb:
+            raise ConfigError(f"dp_adapt: grad_sample_mode bk tracks only the input embedding, not {name}: use "
+                              f"grad_sample_mode hooks")
+    return modules, emb
+
+
+def _sq_norms(per_record: torch.Tensor) -> torch.Tensor:
+    """Squared L2 norm of each record's slice (first dimension), in one pass without a squared copy."""
+    return torch.linalg.vector_norm(per_record.reshape(per_record.shape[0], -1), dim=1).square()
+
+
+class BookKeepingDP:
+    """The optimizer-like object dp_train drives: ``backward(ids, mask)`` then ``step()`` (as ``_VmapDP``)."""
+
+    def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, noise_multiplier: float,
+                 max_grad_norm: float, expected_batch_size: float, generator: torch.Generator | None,
+                 accountant=None, sample_rate: float = 1.0, loss_fn=None) -> None:
+        if loss_fn is None:
+            from defenses.dp import record_losses as loss_fn
+        self.loss_fn = loss_fn  # (logits, ids, mask) -> one loss per record
+        self.model, self.optimizer = model, optimizer
+        self.sigma, self.clip, self.expected = float(noise_multiplier), float(max_grad_norm), float(expected_batch_size)
+        self.generator, self.accountant, self.sample_rate = generator, accountant, sample_rate
+        self.modules, self.emb = _tracked_modules(model)
+        self.params = [p for g in optimizer.param_groups for p in g["params"]]
+        tracked = {id(p) for m in self.modules.values() for p in m.parameters(recurse=False) if p.requires_grad}
+        if tracked != {id(p) for p in self.params}:
+            raise ConfigError("dp_adapt: grad_sample_mode bk: the optimizer's parameters are not the model's "
+                              "trainable ones")
+        self._book: dict[str, list] = {}
+        self._pending: tuple | None = None
+
+    @property
+    def param_groups(self):
+        return self.optimizer.param_groups
+
+    def _record(self, name: str, module: torch.nn.Module):
+        def hook(_module, args, output):
+            x = args[0].detach()
+            if not output.requires_grad:  # nothing trainable upstream: this layer's output starts the backward
+                output = output.detach().requires_grad_(True)
+            entry = [x, None]
+            self._book[name].append(entry)
+            output.register_hook(lambda g: entry.__setitem__(1, g.detach()))
+            return output
+        return hook
+
+    def backward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """One forward and one backward pass without weight gradients; returns the mean record loss."""
+        self._book = {n: [] for n, m in self.modules.items() if m is not self.emb}
+        handles = [m.register_forward_hook(self._record(n, m)) for n, m in self.modules.items() if m is not self.emb]
+        for p in self.params:
+            p.requires_grad_(False)
+        try:
+            with torch.enable_grad():
+                if self.emb is not None:
+                    embeds = self.emb(ids).detach().requires_grad_(True)
+                    logits = self.model(inputs_embeds=embeds, attention_mask=mask).logits
+                else:
+                    embeds = None
+                    logits = self.model(input_ids=ids, attention_mask=mask).logits
+                losses = self.loss_fn(logits, ids, mask)
+                if losses.requires_grad:
+                    losses.sum().backward()  # records are independent: each output gradient is its own record's
+        finally:
+            for h in handles:
+                h.remove()
+            for p in self.params:
+                p.requires_grad_(True)
+        self._pending = (ids, embeds.grad if embeds is not None else None)
+        return losses.detach().mean()
+
+    def _entries(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """(activations, output gradients) of a layer as (B, T, d) tensors, calls joined along T."""
+        xs, gs = [], []
+        for x, g in self._book[name]:
+            if g is None:  # the output took no part in the loss
+                continue
+            if x.dim() == 2:
+                x, g = x[:, None], g[:, None]
+            xs.append(x.reshape(x.shape[0], -1, x.shape[-1]))
+            gs.append(g.reshape(g.shape[0], -1, g.shape[-1]))
+        if not xs:
+            return None, None
+        if len(xs) == 1:  # one call (the usual case): no copy
+            return xs[0], gs[0]
+        return torch.cat(xs, 1), torch.cat(gs, 1)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        sums: dict[int, torch.Tensor] = {}
+        if self._pending is not None:
+            ids, g_emb = self._pending
+            n = ids.shape[0]
+            norm2 = torch.zeros(n, dtype=torch.float32, device=ids.device)
+            layers = []
+            for name, module in self.modules.items():
+                if module is self.emb:
+                    continue
+                a, g = self._entries(name)
+                if a is None:
+                    continue
+                a, g = a.float(), g.float()
+                per_record = None  # per-record weight gradients, where forming them is the cheaper way to the norm
+                if isinstance(module, torch.nn.LayerNorm):
+                    a = F.layer_norm(a, module.normalized_shape, eps=module.eps)  # x̂: the weight's input
+                    if module.weight is not None and module.weight.requires_grad:
+                        per_record = (g * a).sum(1)
+                        norm2 += _sq_norms(per_record)
+                elif module.weight.requires_grad:
+                    t, d_in, d_out = a.shape[1], a.shape[2], g.shape[2]
+                    if t * (d_in + d_out) < d_in * d_out:  # ghost norm: T×T Gram matrices
+                        norm2 += (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+                    else:
+                        per_record = torch.bmm(g.transpose(1, 2), a)
+                        norm2 += _sq_norms(per_record)
+                if module.bias is not None and module.bias.requires_grad:
+                    norm2 += _sq_norms(g.sum(1))
+                layers.append((module, a, g, per_record))
+            if g_emb is not None:
+                same = (ids[:, :, None] == ids[:, None, :]).to(g_emb.dtype)
+                norm2 += (torch.bmm(g_emb, g_emb.transpose(1, 2)) * same).sum((1, 2))
+            coef = (self.clip / (norm2.sqrt() + 1e-6)).clamp(max=1.0)
+            for module, a, g, per_record in layers:
+                w = module.weight
+                if w is not None and w.requires_grad:
+                    if per_record is not None:  # already formed: a weighted sum over records
+                        sums[id(w)] = torch.tensordot(coef, per_record, dims=1).to(w.dtype)
+                    else:  # (c ∘ g)ᵀ a: the non-private weight gradient's product, records weighted
+                        flat = (g * coef[:, None, None]).reshape(-1, g.shape[-1])
+                        sums[id(w)] = (flat.T @ a.reshape(-1, a.shape[-1])).to(w.dtype)
+                if module.bias is not None and module.bias.requires_grad:
+                    sums[id(module.bias)] = torch.tensordot(coef, g.sum(1), dims=1).to(module.bias.dtype)
+            if g_emb is not None:
+                w = self.emb.weight
+                sums[id(w)] = torch.zeros_like(w).index_add_(
+                    0, ids.reshape(-1), (coef[:, None, None] * g_emb).reshape(-1, w.shape[1]).to(w.dtype))
+        for p in self.params:  # Opacus' DPOptimizer: noise per parameter in the optimizer's order
+            noise = torch.normal(0.0, self.sigma * self.clip, p.shape, generator=self.generator, device=p.device)
+            p.grad = (sums.get(id(p), torch.zeros_like(p)) + noise) / self.expected
+        self.optimizer.step()
+        if self.accountant is not None:
+            self.accountant.step(noise_multiplier=self.sigma, sample_rate=self.sample_rate)
+        self._pending = None
+        self._book = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self._pending = None
+        self._book = {}
+        self.optimizer.zero_grad(set_to_none=set_to_none)
