@@ -77,10 +77,8 @@ class BookKeepingDP:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, noise_multiplier: float,
                  max_grad_norm: float, expected_batch_size: float, generator: torch.Generator | None,
-                 accountant=None, sample_rate: float = 1.0, loss_fn=None) -> None:
-        if loss_fn is None:
-            from defenses.dp import record_losses as loss_fn
-        self.loss_fn = loss_fn  # (logits, ids, mask) -> one loss per record
+                 accountant=None, sample_rate: float = 1.0, loss_fn) -> None:
+        self.loss_fn = loss_fn  # (logits, ids, mask) -> one loss per record (defenses.dp.record_losses)
         self.model, self.optimizer = model, optimizer
         self.sigma, self.clip, self.expected = float(noise_multiplier), float(max_grad_norm), float(expected_batch_size)
         self.generator, self.accountant, self.sample_rate = generator, accountant, sample_rate

@@ -400,7 +400,8 @@ def test_vmap_dp_step_equals_opacus(world, fast, method):
     model = build()
     step = (_VmapDP if fast == "vmap" else BookKeepingDP)(
         model, torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0), noise_multiplier=0.0,
-        max_grad_norm=clip, expected_batch_size=6, generator=None)
+        max_grad_norm=clip, expected_batch_size=6, generator=None,
+        **({"loss_fn": record_losses} if fast == "bk" else {}))
     assert (step.emb is not None) == (method == "full")
     step.backward(ids, mask)
     step.step()
@@ -506,7 +507,7 @@ def test_bookkeeping_refuses_what_it_cannot_clip_exactly():
 
     def make(model):
         return BookKeepingDP(model, torch.optim.SGD(model.parameters(), lr=0.0), noise_multiplier=1.0,
-                             max_grad_norm=1.0, expected_batch_size=4, generator=None)
+                             max_grad_norm=1.0, expected_batch_size=4, generator=None, loss_fn=record_losses)
 
     tied = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                             intermediate_size=32, tie_word_embeddings=True))
