@@ -23,18 +23,14 @@ from bench.registry import TASKS
 from tasks.audit_canaries import DESIGNS, SEPARATOR, AuditCanaries, split_secret
 from tasks.mini_pile import MiniPile
 
+from tiny_training import one_thread
 from worlds import TINY  # noqa: E402  (the shared tiny world)
 
 BUDGET = 300_000
 N = 48  # canaries per design: small, so a build takes about a second
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+_one_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
 @pytest.fixture(scope="module")
