@@ -394,7 +394,8 @@ class HFLanguageModel(LanguageModel):
         """Greedy continuations, cached by (fingerprint, prompt, length) in the signal cache, so a rerun or another
         attack generates nothing twice.
 
-        Prompts of the same token length are generated together (up to ``batch_size`` at a time): a batch of
+        Prompts of the same token length are generated together (as many as :data:`GENERATE_BATCH_FACTOR` times the
+        scoring batch's tokens allow): a batch of
         equal lengths needs no padding, attention mask or position shift, so each continuation is the one an
         unbatched call gives (on the CPU, 265 prompts of 12 lengths gave the same 265 texts batched and one by
         one, 10.9× faster; tests/test_generation_batched.py). A sequence that ends early is padded with the pad
@@ -421,11 +422,24 @@ class HFLanguageModel(LanguageModel):
         for length in sorted(by_length):
             group = by_length[length]
             run_with_oom_backoff(lambda bs: self._generate_group(group, todo, length, max_new_tokens, bs, new, bar),
-                                 self.batch_size, self.device, on_shrink=self._remember_batch_size)
+                                 self._generation_rows(length, max_new_tokens), self.device,
+                                 on_shrink=self._remember_generation_rows)
         bar.close()
         self._cache.add_generations(self.fingerprint, new)
         have.update(new)
         return [have[k] for k in keys]
+
+    def _generation_rows(self, length: int, max_new_tokens: int) -> int:
+        """Rows per generation batch: GENERATE_BATCH_FACTOR times the scoring batch's tokens (batch_size ×
+        max_length) over the sequence length, capped by a CUDA out-of-memory back-off seen earlier."""
+        rows = max(1, GENERATE_BATCH_FACTOR * max(int(self.batch_size), 1) * self.max_length
+                   // (length + max_new_tokens))
+        cap = getattr(self, "_generation_cap", None)
+        return min(rows, cap) if cap is not None else rows
+
+    def _remember_generation_rows(self, rows: int) -> None:
+        """A generation batch of ``rows`` was the largest that fitted (CUDA only): later groups start there."""
+        self._generation_cap = rows
 
     def _generate_group(self, group: list[str], encoded: dict[str, list[int]], length: int, max_new_tokens: int,
                         batch_size: int, out: dict[str, str], bar) -> None:
@@ -464,6 +478,11 @@ class HFLanguageModel(LanguageModel):
             return set()
         return {int(e) for e in (eos if isinstance(eos, (list, tuple)) else [eos])}
 
+
+#: a generation batch holds this many times the tokens of a scoring batch (batch_size × max_length): it keeps
+#: one row of logits per prompt, not one per position (SmolLM2-135M, 400 PII prompts, 2 CPU cores: 5.6 prompts/s
+#: with the scoring batch's 8 rows, 8.6 with this budget, same texts; scripts/bench_generation_rows.py)
+GENERATE_BATCH_FACTOR = 4
 
 #: a batched greedy row whose top two logits come closer than this at some step is generated again on its own
 #: (HFLanguageModel.generate). Batching moved the gap between the top two logits by at most 7.6e-6 (micro, 400
