@@ -279,6 +279,7 @@ class HFLanguageModel(LanguageModel):
         self._tok = tokenizer
         self.max_length = max_length
         self.batch_size = batch_size
+        self._generation_cap: int | None = None  # rows per generation batch that fitted after a CUDA OOM
         self.device = device or next(model.parameters()).device
         self.autocast_bf16 = autocast_bf16
         self.add_bos = add_bos and tokenizer.bos_token_id is not None
@@ -395,9 +396,8 @@ class HFLanguageModel(LanguageModel):
         attack generates nothing twice.
 
         Prompts of the same token length are generated together (as many as :data:`GENERATE_BATCH_FACTOR` times the
-        scoring batch's tokens allow): a batch of
-        equal lengths needs no padding, attention mask or position shift, so each continuation is the one an
-        unbatched call gives (on the CPU, 265 prompts of 12 lengths gave the same 265 texts batched and one by
+        scoring batch's tokens allow): a batch of equal lengths needs no padding, attention mask or position
+        shift, so each continuation is the one an unbatched call gives (on the CPU, 265 prompts of 12 lengths gave the same 265 texts batched and one by
         one, 10.9× faster; tests/test_generation_batched.py). A sequence that ends early is padded with the pad
         token, and each row is cut after its first EOS, so the padding never shows.
 
@@ -434,8 +434,7 @@ class HFLanguageModel(LanguageModel):
         max_length) over the sequence length, capped by a CUDA out-of-memory back-off seen earlier."""
         rows = max(1, GENERATE_BATCH_FACTOR * max(int(self.batch_size), 1) * self.max_length
                    // (length + max_new_tokens))
-        cap = getattr(self, "_generation_cap", None)
-        return min(rows, cap) if cap is not None else rows
+        return min(rows, self._generation_cap) if self._generation_cap is not None else rows
 
     def _remember_generation_rows(self, rows: int) -> None:
         """A generation batch of ``rows`` was the largest that fitted (CUDA only): later groups start there."""
@@ -445,6 +444,7 @@ class HFLanguageModel(LanguageModel):
                         batch_size: int, out: dict[str, str], bar) -> None:
         """Greedy continuations of equal-length prompts ``group`` (keys into ``encoded``), ``batch_size`` at a time;
         a batch already in ``out`` (before an out-of-memory retry) is not generated again."""
+        eos = self._eos_ids()
         for start in range(0, len(group), batch_size):
             chunk = [k for k in group[start:start + batch_size] if k not in out]
             if not chunk:
@@ -452,7 +452,6 @@ class HFLanguageModel(LanguageModel):
             ids = torch.tensor([encoded[k] for k in chunk], device=self.device)
             gaps = _TopTwoGap() if len(chunk) > 1 else None
             gen = self._greedy(ids, max_new_tokens, gaps)
-            eos = self._eos_ids()
             gap = torch.stack(gaps.steps, 1).cpu() if gaps is not None and gaps.steps else None
             for r, (row, k) in enumerate(zip(gen[:, length:].tolist(), chunk)):
                 stop = next((j for j, t in enumerate(row) if t in eos), None)
@@ -485,9 +484,9 @@ class HFLanguageModel(LanguageModel):
 GENERATE_BATCH_FACTOR = 4
 
 #: a batched greedy row whose top two logits come closer than this at some step is generated again on its own
-#: (HFLanguageModel.generate). Batching moved the gap between the top two logits by at most 7.6e-6 (micro, 400
-#: PII prompts) and 4.4e-5 (SmolLM2-135M, 200 prompts), fp32 on CPU; 1e-3 sends 0.0 % and 1.5 % of their rows
-#: back to be generated alone
+#: (HFLanguageModel.generate): far above fp32 rounding differences between batch shapes (about 1e-5), and small
+#: enough that few rows of a trained model go back (scripts/bench_generation.py reports the largest logit shift
+#: and the rows sent back: nano trained 2 epochs, one CPU thread, shift 0.0, 13 of 256 rows)
 GREEDY_TIE_MARGIN = 1e-3
 
 

@@ -95,7 +95,7 @@ class BookKeepingDP:
     def param_groups(self):
         return self.optimizer.param_groups
 
-    def _record(self, name: str, module: torch.nn.Module):
+    def _record(self, name: str):
         def hook(_module, args, output):
             x = args[0].detach()
             if not output.requires_grad:  # nothing trainable upstream: this layer's output starts the backward
@@ -109,7 +109,7 @@ class BookKeepingDP:
     def backward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """One forward and one backward pass without weight gradients; returns the mean record loss."""
         self._book = {n: [] for n, m in self.modules.items() if m is not self.emb}
-        handles = [m.register_forward_hook(self._record(n, m)) for n, m in self.modules.items() if m is not self.emb]
+        handles = [m.register_forward_hook(self._record(n)) for n, m in self.modules.items() if m is not self.emb]
         for p in self.params:
             p.requires_grad_(False)
         try:
