@@ -397,8 +397,8 @@ class HFLanguageModel(LanguageModel):
 
         Prompts of the same token length are generated together (as many as :data:`GENERATE_BATCH_FACTOR` times the
         scoring batch's tokens allow): a batch of equal lengths needs no padding, attention mask or position
-        shift, so each continuation is the one an unbatched call gives (on the CPU, 265 prompts of 12 lengths gave the same 265 texts batched and one by
-        one, 10.9× faster; tests/test_generation_batched.py). A sequence that ends early is padded with the pad
+        shift, so each continuation is the one an unbatched call gives (on the CPU, 265 prompts of 12 lengths gave
+        the same 265 texts batched and one by one, 10.9× faster; tests/test_generation_batched.py). A sequence that ends early is padded with the pad
         token, and each row is cut after its first EOS, so the padding never shows.
 
         A batch of one row (an unbatched call) and of many rows use different kernels, which move fp32 logits by

@@ -46,7 +46,8 @@ from activations and backprops, no per-record gradient), per-record gradients on
 ``bk`` is book-keeping (Bu et al. 2023, :mod:`defenses.dp_bookkeeping`): one backward pass without weight
 gradients, per-record norms and the clipped sum from each layer's activations and output gradients; the fastest
 mode for full, head and LoRA fine-tuning (1.01–1.24× a non-private step on CPU). All five clip each record's
-gradient to ``clip`` and add the same noise to the sum (tested: ghost and bk equal hooks step for step). On the CPU models of this project ghost is slower than hooks (two backward passes;
+gradient to ``clip`` and add the same noise to the sum (tested: ghost and bk equal hooks step for step). On the
+CPU models of this project ghost is slower than hooks (two backward passes;
 docs/benchmarks.md), so hooks stays the default; ghost saves memory, which matters on large models.
 """
 
@@ -265,14 +266,11 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
             # Opacus' Poisson loader and RDP accountant; per-record norms, clipping and noise by _VmapDP or
             # BookKeepingDP
             from opacus.accountants import RDPAccountant
-
-            from defenses.dp_bookkeeping import BookKeepingDP
             loader = DPDataLoader.from_data_loader(loader, generator=gen)
             accountant_obj = RDPAccountant()
-            kw = {"loss_fn": record_losses} if grad_sample_mode == "bk" else {}
-            opt = vmap_dp = (_VmapDP if grad_sample_mode == "vmap" else BookKeepingDP)(
-                model, opt, noise_multiplier=sigma, max_grad_norm=clip, expected_batch_size=int(n * sample_rate),
-                generator=noise_gen, accountant=accountant_obj, sample_rate=sample_rate, **kw)
+            opt = vmap_dp = _own_dp_step(grad_sample_mode, model, opt, noise_multiplier=sigma, max_grad_norm=clip,
+                                         expected_batch_size=int(n * sample_rate), generator=noise_gen,
+                                         accountant=accountant_obj, sample_rate=sample_rate)
         else:
             # Opacus rebuilds ``loader`` as a DPDataLoader whose sampler uses ``loader.generator`` (= gen):
             # the same Poisson batches as the vmap and epsilon = inf paths below
@@ -476,6 +474,14 @@ class _VmapDP:
     def zero_grad(self, set_to_none: bool = True) -> None:
         self._pending = None
         self.optimizer.zero_grad(set_to_none=set_to_none)
+
+
+def _own_dp_step(mode: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, **kw):
+    """The DP step privbench implements itself for ``mode`` (``vmap`` or ``bk``), driven like Opacus' optimizer."""
+    if mode == "vmap":
+        return _VmapDP(model, optimizer, **kw)
+    from defenses.dp_bookkeeping import BookKeepingDP
+    return BookKeepingDP(model, optimizer, loss_fn=record_losses, **kw)
 
 
 def train_prefix(model: torch.nn.Module, seqs: list[list[int]], *, prefix_length: int, **train_kw) -> tuple:
@@ -704,10 +710,8 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
             if mode in ("vmap", "bk"):
                 if method == "prefix":
                     raise ConfigError(f"{mode} does not differentiate peft's prompt encoder")
-                from defenses.dp_bookkeeping import BookKeepingDP
-                kw = {"loss_fn": record_losses} if mode == "bk" else {}
-                vg = (_VmapDP if mode == "vmap" else BookKeepingDP)(m, opt, noise_multiplier=1.0, max_grad_norm=0.1,
-                                                                    expected_batch_size=batch, generator=None, **kw)
+                vg = _own_dp_step(mode, m, opt, noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=batch,
+                                  generator=None)
                 runs[mode] = (m, vg, vg, None)
                 continue
             loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(batch * 4, 1)),

@@ -4,8 +4,8 @@ prompt (what it did before), on the same prompts, with a check that both return 
 A model of a built-in spec and a byte-level BPE tokenizer, both trained briefly on the repository's docs (a
 random-weight model's logits are nearly flat, so most of its greedy steps are near ties that the batched path
 must decide one row at a time, which no released model shows); prompts are the first 4-15 tokens of the docs'
-lines (several length groups, as extraction prompts have). Not a test: run it on an otherwise idle machine and record the
-output in docs/benchmarks.md.
+lines (several length groups, as extraction prompts have). Not a test: run it on an otherwise idle machine and
+record the output in docs/benchmarks.md.
 
     python scripts/bench_generation.py [--spec nano] [--prompts 256] [--new-tokens 24] [--device cpu]
 """

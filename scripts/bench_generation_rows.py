@@ -53,8 +53,8 @@ def main() -> None:
     print(f"{a.model_dir}: {len(prompts)} prompts ({len(set(prompts))} distinct, {n_lengths} lengths), "
           f"{a.new_tokens} new tokens, {torch.get_num_threads()} threads")
     print(f"  rows = scoring batch ({a.batch_size}):            {len(set(prompts)) / t_old:7.1f} prompts/s")
-    print(f"  rows = {GENERATE_BATCH_FACTOR} x batch x max_length / length:  {len(set(prompts)) / t_new:7.1f} prompts/s "
-          f"({t_old / t_new:.1f}x)")
+    print(f"  rows = {GENERATE_BATCH_FACTOR} x batch x max_length / length:  "
+          f"{len(set(prompts)) / t_new:7.1f} prompts/s ({t_old / t_new:.1f}x)")
     print(f"  same text: {sum(x == y for x, y in zip(old, new))} of {len(prompts)}")
 
 
