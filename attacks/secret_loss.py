@@ -5,7 +5,8 @@ its public prefix.
 
 The split into prefix and secret comes from the task's public format only (:func:`tasks.audit_canaries.split_secret`):
 audit canaries (``audit_canaries``) split at their separator; random-word canaries score the three words after the
-template's fixed words; canary prefixes (Marek et al. 2026) score the random prefix alone; records with no public
+template's fixed words; canary prefixes (Marek et al. 2026) score the random prefix alone; secret carriers (Ganesh et
+al. 2025) score the secret after the text before it, found from the public templates and formats; records with no public
 secret (ordinary records) score the whole record, where this is the ``loss`` attack (Yeom et al. 2018).
 """
 

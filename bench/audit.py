@@ -52,6 +52,9 @@ __all__ = [
     "claim_row",
     "FLAG_CLAIM_VIOLATED",
     "FLAG_CLAIM_OK",
+    "kl_lower_bound",
+    "secret_claim_row",
+    "SECRET_CLAIM",
 ]
 
 #: flag of an ε lower bound computed from targets that are not independent trials (all scored on one model)
@@ -219,6 +222,58 @@ def epsilon_lower_bound(labels, scores, *, delta: float, confidence: float = 0.9
             tnr_lo=float(tnr_lo[i]),
             fnr_hi=float(fnr_hi[i]),
         )
+    return result
+
+
+# ------------------------------------------------------------------------------ KL (Hush) audit
+
+
+def kl_lower_bound(labels, scores, *, confidence: float = 0.95) -> dict:
+    """Lower bound on the KL divergence between the releases of two neighbouring datasets, valid at ``confidence``.
+
+    Why: a KL guarantee KL(M(D) ‖ M(D')) <= μ for neighbours D, D' (Hush, Ganesh et al. 2025, whose accountant
+    bounds both directions) passes to every test T by the data-processing inequality:
+    KL(Bern(TPR) ‖ Bern(FPR)) <= μ and KL(Bern(FPR) ‖ Bern(TPR)) <= μ, with TPR = P(T | D), FPR = P(T | D').
+    Both divergences grow with TPR and shrink with FPR where TPR > FPR, so at a threshold t
+
+        kl_t = max(KL(Bern(TPR_lo) ‖ Bern(FPR_hi)), KL(Bern(FPR_hi) ‖ Bern(TPR_lo)))   if TPR_lo > FPR_hi, else 0
+
+    is a lower bound whenever the Clopper–Pearson bounds hold. The thresholds, their Bonferroni count and the
+    level of each bound are those of :func:`epsilon_lower_bound` (the same two events per threshold: TNR_lo and
+    FNR_hi are complements of FPR_hi and TPR_lo, and KL(Bern(1-a) ‖ Bern(1-b)) = KL(Bern(a) ‖ Bern(b)), so the
+    thresholds the members set add nothing new). The result is max(0, max_t kl_t).
+
+    Same assumption as :func:`epsilon_lower_bound`: every score an independent trial of the game. Targets scored
+    on one model share it; then the bound is indicative (what it bounds in expectation still holds, see
+    docs/audit.md, "Hush and NAF").
+
+    Returns a dict: kl_lb, threshold (None without a bound), tpr_lo, fpr_hi, confidence, correction,
+    k_thresholds, alpha_per_bound, n_pos, n_neg.
+    """
+    from bench.secret_accounting import bernoulli_kl
+
+    c = _check_confidence(confidence)
+    y, _ = validate_scores(labels, scores)
+    n_pos = int(y.sum())
+    n_neg = int(len(y) - n_pos)
+    fpr, tpr, thr = roc_curve_points(labels, scores)
+    fp = np.rint(fpr * n_neg).astype(np.int64)
+    tp = np.rint(tpr * n_pos).astype(np.int64)
+    k = n_pos + n_neg
+    a = (1.0 - c) / (2.0 * k)
+    tpr_lo = _cp_lower(tp, n_pos, a)
+    fpr_hi = _cp_upper(fp, n_neg, a)
+    above = tpr_lo > fpr_hi
+    kl_t = np.zeros(len(tpr_lo))
+    if above.any():
+        t, f = tpr_lo[above], fpr_hi[above]
+        kl_t[above] = np.maximum(bernoulli_kl(t, f), bernoulli_kl(f, t))
+    result = {"kl_lb": 0.0, "threshold": None, "tpr_lo": None, "fpr_hi": None, "confidence": c,
+              "correction": "bonferroni", "k_thresholds": k, "alpha_per_bound": a, "n_pos": n_pos, "n_neg": n_neg}
+    i = int(np.argmax(kl_t))
+    if kl_t[i] > 0.0:
+        result.update(kl_lb=float(kl_t[i]), threshold=float(thr[i]), tpr_lo=float(tpr_lo[i]),
+                      fpr_hi=float(fpr_hi[i]))
     return result
 
 
@@ -561,6 +616,8 @@ def one_run_row(labels, scores, *, delta: float, confidence: float = 0.95) -> Me
 
 FLAG_CLAIM_VIOLATED = "claim_violated"
 FLAG_CLAIM_OK = "claim_ok"
+#: metric name of the secret-level (Hush) claim check: ``secret_claim@95%``
+SECRET_CLAIM = "secret_claim"
 
 
 def claimed_epsilon(guarantee: dict | None, repeats: int) -> tuple[float, float] | None:
@@ -602,3 +659,35 @@ def claim_row(labels, scores, guarantee: dict | None, *, confidence: float = 0.9
     name = roc_metric_name(delta=delta_c, confidence=confidence).replace("eps_lb_roc", "dp_claim")
     return MetricRow(name, eps_c, float(res["epsilon_lb"]), None, n_pos, int(len(y) - n_pos),
                      FLAG_CLAIM_VIOLATED if verdict["violated"] else FLAG_CLAIM_OK)
+
+
+def secret_claim_row(labels, scores, units, guarantee: dict | None, *, confidence: float = 0.95) -> MetricRow | None:
+    """The verdict on a secret-level KL guarantee (Hush, Ganesh et al. 2025) from one game whose negatives are the
+    positives' neighbours (task ``secrets_replaced``): ``secret_claim@<confidence>%`` with value = μ, the largest
+    KL bound the defense's ledger claims for the game's secrets (``units``), ci_low = :func:`kl_lower_bound`, flag
+    :data:`FLAG_CLAIM_VIOLATED` iff the bound exceeds μ, else :data:`FLAG_CLAIM_OK`.
+
+    Why the largest μ_j: the game pools secrets with different μ_j, and by the joint convexity of KL the pooled
+    (TPR, FPR) of a test obey KL(Bern(TPR) ‖ Bern(FPR)) <= the mean μ_j <= the largest. None when the release
+    claims no secret-level guarantee, when its ledger bounds only one KL direction (the check uses both), or when
+    a secret of the game is missing from the ledger (its neighbour was not trained on: not this design).
+    """
+    from bench.secret_accounting import bernoulli_kl
+
+    if not guarantee or guarantee.get("name") != "secret_reconstruction" or guarantee.get("direction") != "both":
+        return None
+    per = guarantee.get("per_secret") or {}
+    units = list(units)
+    if not units or any(u not in per for u in units):
+        return None
+    def claimed_kl(v: dict) -> float:  # ledgers written before "kl" was kept: invert Lemma 3.2 from r_bound
+        if "kl" in v:
+            return math.inf if v["kl"] is None else float(v["kl"])
+        return math.inf if v["r_bound"] >= 1.0 else float(bernoulli_kl(v["r_bound"], v["p"]))
+
+    mu = max(claimed_kl(per[u]) for u in units)
+    res = kl_lower_bound(labels, scores, confidence=confidence)
+    y = np.asarray(labels)
+    n_pos = int((y == 1).sum())
+    return MetricRow(f"{SECRET_CLAIM}@{_pct(_check_confidence(confidence))}%", mu, float(res["kl_lb"]), None, n_pos,
+                     int(len(y) - n_pos), FLAG_CLAIM_VIOLATED if res["kl_lb"] > mu else FLAG_CLAIM_OK)

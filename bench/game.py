@@ -27,6 +27,12 @@ audit of Steinke, Nasr and Jagielski 2023, which only the audit game shows (:mod
 same design at pretraining: ``n_audit_pretrain`` canaries, each put into S independently with probability 1/2,
 shown only by the audit/pretrain game (θ released), so a pretraining-stage defense gets a one-run ε lower bound.
 
+A task may give its target records *neighbours* (``target_meta[id]["neighbour"]``, task ``secrets_replaced``):
+the same record with its secret replaced by a fresh draw. Then a unit with b = 0 (an audit canary with c = 0) is
+not left out of D but trained on as its neighbour, so the b games test the secret's content with the carriers
+present on both sides: the neighbouring datasets of Ganesh et al. 2025 (Definition 3.1), which Hush's guarantee
+bounds (:func:`bench.audit.secret_claim_row`).
+
 The attacker receives an :class:`AttackerView`: the targets in shuffled
 order with opaque ids, restricted model handles and attacker-owned data.
 Labels stay with the :class:`Challenger`; defenses receive only their
@@ -124,6 +130,17 @@ WORLD_PARAMS = (
     Param("adapt_target_repeats", int, None, "copies of each b=1 target inserted into adaptation (canaries: 1, 3, "
           "10); null = the task's own repeats, else 1", low=1, nullable=True),
 )
+
+
+def b_only_game(spec: GameSpec) -> bool:
+    """Whether a game releases θ′ and its two sides differ in b (or the audit bit c) alone, with a alike on both:
+    the games whose negatives are the positives' neighbours in a world that trains b = 0 units as neighbours."""
+    if spec.target_model != "adapted" or spec.null_split:
+        return False
+    if spec.audit_pool:
+        return True
+    return ({b for _, b in spec.positives} == {1} and {b for _, b in spec.negatives} == {0}
+            and {a for a, _ in spec.positives} == {a for a, _ in spec.negatives})
 
 
 def keyed_world(world: dict[str, Any]) -> dict[str, Any]:
@@ -356,6 +373,12 @@ class Challenger:
                                                               if drawn[r[0]] == AUDIT_PRETRAIN_POOL))
         coin = np.random.default_rng([self.seed, 29, *salt]).random(len(self._pre_audit_units)) < 0.5
         self._pre_audit_in = frozenset(u for u, bit in zip(self._pre_audit_units, coin) if bit)
+        #: record -> its neighbour text, for tasks whose b = 0 units are trained on with their secret replaced
+        #: (``secrets_replaced``, ``target_meta[...]["neighbour"]``); empty elsewhere
+        self._neighbours: dict[str, str] = {r: data.target_meta[r]["neighbour"] for r in self._group
+                                            if "neighbour" in data.target_meta.get(r, {})}
+        self._neighbours.update((r, data.target_meta[r]["neighbour"]) for u in self._audit_units
+                                for r in self._records[u] if "neighbour" in data.target_meta.get(r, {}))
         key = {"task": data.fingerprint, "world": keyed_world(self.config), "seed": self.seed, "game": GAME_VERSION}
         if secret is not None:
             key["secret"] = content_hash("world-secret-id", secret)
@@ -396,7 +419,13 @@ class Challenger:
         reps = self.config["adapt_target_repeats"]
         b1 = [r for r in sorted(self._group) if self._group[r][1] == 1]
         b1 += [r for u in sorted(self._audit_in) for r in self._records[u]]  # audit canaries with c = 1
-        texts = list(self._data.adapt[:n_bg]) + [self._text[r] for r in b1] * reps
+        inserted = [self._text[r] for r in b1]
+        if self._neighbours:  # b = 0 (c = 0) units leave their neighbours in D: Hush's adjacency, not absence
+            b0 = [r for r in sorted(self._group) if self._group[r][1] == 0]
+            b0 += [r for u in self._audit_units if u not in self._audit_in for r in self._records[u]]
+            inserted += [self._neighbours[r] for r in b0]
+            b1 += b0
+        texts = list(self._data.adapt[:n_bg]) + inserted * reps
         rng = np.random.default_rng([self.seed, 17, *self._salt])
         order = rng.permutation(len(texts))
         shuffled = tuple(texts[i] for i in order)

@@ -16,10 +16,11 @@ from typing import ClassVar
 import numpy as np
 
 from bench.attack import MetricContext, evaluate_attack
-from bench.audit import claim_row, one_run_row, roc_epsilon_row
+from bench.audit import claim_row, one_run_row, roc_epsilon_row, secret_claim_row
 from bench.blind import applies_to as blind_applies, blind_baseline
 from bench.device import release_memory
 from bench.errors import PluginError
+from bench.game import b_only_game
 from bench.keys import ood_utility_key
 from bench.lm import HFLanguageModel
 from bench.metrics import flag_underpowered_null, membership_metrics
@@ -226,6 +227,13 @@ def utility_rows(w: Worlds, lm: HFLanguageModel, heldout: list[str], *, key: str
     return rows
 
 
+def neighbour_game(spec, data) -> bool:
+    """Whether a game's negatives are its positives' neighbours: the task trains b = 0 secrets with their content
+    replaced (``public_format["negatives"] == "replaced"``) and the game tells b apart alone (:func:`b_only_game`),
+    so a secret-level KL guarantee bounds every test of the game."""
+    return (data.public_format or {}).get("negatives") == "replaced" and b_only_game(spec)
+
+
 def _evaluate(w: Worlds, p: EvaluateJob, done_evals) -> JobResult:
     """Score one (game, defense, attack) cell of a world into its evaluation row (skipped when already stored)."""
     if p.key in done_evals:
@@ -257,6 +265,12 @@ def _evaluate(w: Worlds, p: EvaluateJob, done_evals) -> JobResult:
         verdict = claim_row(inst.labels, scores, w.adapted(p.ti, p.mi, p.seed, p.di)[2].get("guarantee"),
                             confidence=s.audit["confidence"], repeats=ch.config["adapt_target_repeats"])
         if verdict is not None:  # the defense claims a finite (ε, δ): is it refuted at the suite's confidence?
+            rows.append(verdict)
+    if neighbour_game(inst.spec, data):  # negatives trained on with their secret replaced: Hush's adjacency
+        verdict = secret_claim_row(inst.labels, scores, inst.record_ids,
+                                   w.adapted(p.ti, p.mi, p.seed, p.di)[2].get("guarantee"),
+                                   confidence=s.audit["confidence"])
+        if verdict is not None:  # the defense claims a secret-level KL bound: is it refuted?
             rows.append(verdict)
     if inst.spec.null_split:
         rows = flag_underpowered_null(rows)

@@ -24,6 +24,7 @@ of |D_j| / μ_j over secrets (Ganesh et al. sweep c); AdamW with linear decay in
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -188,7 +189,9 @@ class Hush(Defense):
         s = self._ledger.summary()
         return {"name": "secret_reconstruction", "value": s["max_bound"], **s,
                 "per_secret": {k: {"r_bound": v["r_bound"], "r_target": v["r_target"], "p": v["p"],
-                                   "n_records": v["n_records"]} for k, v in self._ledger.secrets.items()},
+                                   "n_records": v["n_records"],
+                                   "kl": v["kl"] if math.isfinite(v["kl"]) else None}
+                               for k, v in self._ledger.secrets.items()},
                 "note": "value = max over secrets of the posterior reconstruction bound (Ganesh et al. 2025, "
                         "Lemma 3.2)"}
 

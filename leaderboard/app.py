@@ -407,9 +407,11 @@ def view_defense(group: Group, board: Board, engine) -> None:
     if audit.empty:
         st.info("no ε lower bound stored for this configuration (runs of privbench before 0.3.0 have none)")
     else:
-        st.caption("Per seed and game, the largest ε lower bound over attacks (docs/audit.md). ROC bounds flagged "
+        st.caption("Per seed and game, the largest lower bound over attacks (docs/audit.md). ROC bounds flagged "
                    "'indicative' come from many targets scored on one model; the one-run bound of the audit game "
-                   "is valid for one training run; claim_violated: the audited bound exceeds the claimed ε.")
+                   "is valid for one training run; 'KL, secret-level' checks a secret-level guarantee (Hush) on a "
+                   "game whose negatives are the same records with the secret replaced; claim_violated: the audited "
+                   "bound exceeds the claim.")
         st.dataframe(audit, hide_index=True, width="stretch", key="dp_audit")
 
     st.subheader("Provenance")

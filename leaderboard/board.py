@@ -22,25 +22,34 @@ from leaderboard.queries import check_schema, guarantee_frame, metric_frame, run
 __all__ = ["Group", "Board", "load_board", "board_from_frames"]
 
 
-#: metric rows of the privacy audit (bench/audit.py): ROC and one-run ε lower bounds, the DP claim's verdict
-AUDIT_METRIC_PREFIXES = ("eps_lb_roc@", "eps_lb_one_run@", "dp_claim@")
-AUDIT_COLUMNS = ["seed", "game", "bound", "confidence, δ", "ε lower bound", "attack", "claimed ε", "flag"]
+#: metric rows of the privacy audit (bench/audit.py): ROC and one-run ε lower bounds, the DP claim's verdict, and the
+#: secret-level (Hush) KL claim's verdict
+AUDIT_METRIC_PREFIXES = ("eps_lb_roc@", "eps_lb_one_run@", "dp_claim@", "secret_claim@")
+#: ``bound`` names the quantity and the procedure: ε (ROC, one-run, one-run at the claimed δ) or KL (secret-level)
+AUDIT_COLUMNS = ["seed", "game", "bound", "confidence, δ", "lower bound", "attack", "claimed", "flag"]
+DP_CLAIM_BOUND = "ε, one-run at the claimed δ"
+SECRET_CLAIM_BOUND = "KL, secret-level"
 
 
 def audit_summary(audit: pd.DataFrame) -> str:
-    """One line for a defense page's facts: the claim's verdict where an audit game checked one, else the largest
-    ε lower bound stored, else that none is."""
+    """One line for a defense page's facts: the claim's verdict where a game checked one (a DP ε, or a secret-level
+    KL bound), else the largest ε lower bound stored, else that none is."""
     if audit.empty:
         return "no ε lower bound stored"
-    claims = audit[audit["bound"] == "one-run at the claimed δ"]
-    if not claims.empty:
-        worst = claims.sort_values("ε lower bound", ascending=False).iloc[0]
-        verdict = "claim_violated" if (claims["flag"] == "claim_violated").any() else "claim_ok"
-        return (f"claimed ε {worst['claimed ε']:.3g} vs audited ε ≥ {worst['ε lower bound']:.3g} "
-                f"({worst['confidence, δ']}, one-run, attack {worst['attack']}): {verdict}")
-    best = audit.sort_values("ε lower bound", ascending=False).iloc[0]
+    parts = []
+    for bound, what, how in ((DP_CLAIM_BOUND, "ε", "one-run"), (SECRET_CLAIM_BOUND, "KL", "secret-level")):
+        claims = audit[audit["bound"] == bound]
+        if not claims.empty:
+            worst = claims.sort_values("lower bound", ascending=False).iloc[0]
+            verdict = "claim_violated" if (claims["flag"] == "claim_violated").any() else "claim_ok"
+            parts.append(f"claimed {what} {worst['claimed']:.3g} vs audited {what} ≥ {worst['lower bound']:.3g} "
+                         f"({worst['confidence, δ']}, {how}, attack {worst['attack']}): {verdict}")
+    if parts:
+        return "; ".join(parts)
+    eps = audit[audit["bound"].str.startswith("ε")]
+    best = eps.sort_values("lower bound", ascending=False).iloc[0]
     note = f", {best['flag']}" if best["flag"] else ""
-    return (f"ε ≥ {best['ε lower bound']:.3g} ({best['bound']}, {best['confidence, δ']}, {best['game']} game, "
+    return (f"ε ≥ {best['lower bound']:.3g} ({best['bound']}, {best['confidence, δ']}, {best['game']} game, "
             f"attack {best['attack']}{note}); no DP claim audited")
 
 
@@ -99,7 +108,7 @@ class Group:
                                         f"{r['tpr_ci_kind']})"),
                  ("AUC [95% CI]", f"{disp['AUC [95% CI]']} (attack {r['auc_attack']}; {r['auc_ci_kind']})"),
                  ("utility retained [95% CI]", disp["utility retained [95% CI]"]), ("guarantee", r["guarantee"]),
-                 ("audit (claimed vs audited ε)", audit_summary(self.config_audit(r))),
+                 ("audit (claimed vs audited)", audit_summary(self.config_audit(r))),
                  ("cost (train + attack, mean per seed)", disp["cost (train+attack)"]), ("seeds", r["seeds"]),
                  ("runs", r["runs"]), ("code version", r["code_version"])]
         return pd.DataFrame(facts, columns=["", "value"]).astype(str)
@@ -132,7 +141,8 @@ class Group:
         """Claimed ε next to the audited ε lower bounds of one configuration (rows of bench/audit.py), per seed,
         game and bound: the largest bound over attacks and the attack that reached it. ``dp_claim`` rows carry
         the claimed ε (value) and the one-run bound at the claimed δ (ci_low), flagged ``claim_violated`` or
-        ``claim_ok``; ROC bounds flagged ``indicative`` come from many targets scored on one model."""
+        ``claim_ok``; ``secret_claim`` rows likewise the claimed KL μ of a secret-level guarantee (Hush) and the KL
+        lower bound; ROC bounds flagged ``indicative`` come from many targets scored on one model."""
         rows = self.config_rows(cfg)
         rows = rows[rows["metric"].astype(str).str.startswith(AUDIT_METRIC_PREFIXES)]
         if rows.empty:
@@ -140,14 +150,15 @@ class Group:
         out = []
         for (seed, game, metric), g in rows.groupby(["seed", "game", "metric"], sort=True):
             bound, _, conditions = str(metric).partition("@")
-            if bound == "dp_claim":
+            if bound in ("dp_claim", "secret_claim"):
                 worst = g.sort_values("ci_low", ascending=False, na_position="last").iloc[0]
                 violated = (g["flag"] == "claim_violated").any()
-                out.append((seed, game, "one-run at the claimed δ", conditions, worst["ci_low"], worst["attack"],
-                            worst["value"], "claim_violated" if violated else "claim_ok"))
+                out.append((seed, game, DP_CLAIM_BOUND if bound == "dp_claim" else SECRET_CLAIM_BOUND, conditions,
+                            worst["ci_low"], worst["attack"], worst["value"],
+                            "claim_violated" if violated else "claim_ok"))
             else:
                 best = g.sort_values("value", ascending=False).iloc[0]
-                kind = "ROC" if bound == "eps_lb_roc" else "one-run"
+                kind = "ε, ROC" if bound == "eps_lb_roc" else "ε, one-run"
                 out.append((seed, game, kind, conditions, best["value"], best["attack"], float("nan"),
                             best["flag"] if isinstance(best["flag"], str) else ""))
         return pd.DataFrame(out, columns=AUDIT_COLUMNS)

@@ -171,6 +171,8 @@ def split_secret(public_format: dict[str, Any] | None, text: str) -> tuple[str |
     * random-word canaries (``random_words``): the template's fixed words before the first placeholder, and the rest
       (with the space before the first word, which byte-level BPE attaches to that word);
     * canary prefixes (``canary_prefix``, Marek et al. 2026): the random prefix is the secret, scored alone;
+    * secret carriers (``secrets``, Ganesh et al. 2025): the text before the secret in its template line, and the
+      secret (:func:`tasks.secrets.find_secret`, from the public templates and formats);
     * anything else (ordinary records): no context; the whole record is the secret.
     """
     fmt = public_format or {}
@@ -192,6 +194,14 @@ def split_secret(public_format: dict[str, Any] | None, text: str) -> tuple[str |
         from tasks.canaries import split_canary
         prefix, _ = split_canary(fmt, text)
         return None, prefix
+    elif kind == "secrets":
+        from tasks.secrets import find_secret
+        span = find_secret(fmt, text)
+        if span is not None:
+            start, end = span
+            if start > 0 and text[start - 1] == " ":  # the space goes with the secret, as BPE trained it
+                start -= 1
+            return text[:start], text[start:end]
     return None, text
 
 

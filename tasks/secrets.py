@@ -73,7 +73,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -88,7 +88,8 @@ from bench.task import TargetRecord, Task, TaskData
 from tasks.mini_pile import MiniPile, OnMiniPile
 
 __all__ = ["SECRET_KINDS", "CODE_TEMPLATES", "PROSE_TEMPLATES", "SECRET_RUN", "BACKGROUND_PARTITIONS",
-           "make_secret", "text_runs", "insert_line", "is_code_text", "defender_secrets", "Secrets"]
+           "make_secret", "find_secret", "text_runs", "insert_line", "is_code_text", "defender_secrets", "Secrets",
+           "SecretsReplaced"]
 
 SECRET_KINDS = ("word", "codename", "api_key")
 #: a line that looks like Python: a statement keyword, a comment, a call, a comparison, an assignment, brackets
@@ -113,6 +114,13 @@ SECRET_FORMATS = {
     "word": "made-up lowercase word of 3-4 syllables, 7-14 letters",
     "codename": "capitalised made-up word of 2-3 syllables, '-', a number 2-99",
     "api_key": "'sk-' and 24 characters of [A-Za-z0-9]",
+}
+
+#: the public formats above as patterns (a secret is a whole run of [A-Za-z0-9-]; see make_secret)
+SECRET_PATTERNS = {
+    "word": r"[a-z]{7,14}",
+    "codename": r"[A-Z][a-z]{4,11}-[0-9]{1,2}",
+    "api_key": r"sk-[A-Za-z0-9]{24}",
 }
 
 _ONSETS = ("b", "c", "d", "f", "g", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "br", "dr", "gr", "kr",
@@ -182,6 +190,32 @@ def insert_line(text: str, line: str, rng: np.random.Generator, *, code: bool) -
     return "\n".join(lines[:pos] + [indent + line] + lines[pos:])
 
 
+def find_secret(public_format: dict[str, Any], text: str) -> tuple[int, int] | None:
+    """(start, end) of the secret in a carrier, found from the public format alone: a line that is one of the
+    templates with a run of the secret's format in its placeholder (the first such line), or None.
+
+    What the attacker knows (module docstring): the templates and the secret formats, never the strings. A
+    background or population record is found the same way, so the split marks nothing about membership."""
+    kinds = [k for k in SECRET_KINDS if k in public_format.get("secret_formats", {})]
+    templates = public_format.get("templates", {})
+    patterns = []
+    for kind in kinds:
+        for t in templates.get("code", {}).get(kind, []) + templates.get("prose", {}).get(kind, []):
+            head, _, tail = t.partition("{secret}")
+            patterns.append(re.escape(head) + f"(?<![A-Za-z0-9_-])({SECRET_PATTERNS[kind]})(?![A-Za-z0-9_-])"
+                            + re.escape(tail))
+    if not patterns:
+        return None
+    line_start = 0
+    for line in text.split("\n"):
+        for pat in patterns:
+            m = re.search(pat + r"\s*$", line)
+            if m:
+                return line_start + m.start(1), line_start + m.end(1)
+        line_start += len(line) + 1
+    return None
+
+
 class _SecretDrawer:
     """Draws distinct secrets absent from every text, none inside another (every occurrence is a whole run)."""
 
@@ -228,6 +262,10 @@ class Secrets(OnMiniPile, Task):
         Param("r_max", float, 1e-3, "r_j is uniform in [r_min, r_max]", low=0.0, high=1.0, low_inclusive=False),
         Param("seed", int, 0, "seed of secrets, carriers, counts, templates and r_j"),
     ) + MiniPile.params
+
+    #: what a b = 0 target secret leaves in D: nothing (False: a presence test) or its carriers with the secret
+    #: replaced by a fresh draw (True, task ``secrets_replaced``: Hush's neighbouring dataset)
+    replace_negatives: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -278,6 +316,33 @@ class Secrets(OnMiniPile, Task):
         code = is_code_text(text)
         template = _pick(rng, (CODE_TEMPLATES if code else PROSE_TEMPLATES)[kind])
         return insert_line(text, template.format(secret=secret), rng, code=code), template
+
+    @staticmethod
+    def _neighbours(targets: Sequence[TargetRecord], meta: dict[str, dict[str, Any]],
+                    spec: dict[str, dict[str, Any]], drawer: _SecretDrawer) -> list[tuple[str, str, str]]:
+        """Hush's neighbour of every target carrier: the same text with its secret replaced by a fresh draw.
+
+        Ganesh et al. 2025 (Definition 3.1) call two inputs adjacent in secret j when they differ only in the
+        secret's content inside the records carrying it, with the structure (which records carry which secret,
+        and its (p_j, r_j)) shared. So the replacement s'_j gets the target's ``secret_id``, p, r and carrier
+        count, and a record id's ``target_meta`` keeps its neighbour text under ``"neighbour"``; the challenger
+        trains on the neighbours of b = 0 secrets (:meth:`bench.game.Challenger.adaptation_data`).
+        """
+        fresh: dict[str, str] = {}
+        out: list[tuple[str, str, str]] = []
+        for t in targets:
+            m = meta[t.id]
+            if m["secret"] not in fresh:
+                s2 = drawer.draw(m["secret_kind"])
+                fresh[m["secret"]] = s2
+                spec[s2] = {**spec[m["secret"]], "replaces": m["secret_id"]}
+            s2 = fresh[m["secret"]]
+            # the carrier holds its secret exactly once (checked below), inside one run of secret characters
+            text = t.text.replace(m["secret"], s2)
+            m["neighbour"] = text
+            m["neighbour_secret"] = s2
+            out.append((f"neighbour of {t.id}", text, s2))
+        return out
 
     def build(self, cache=None) -> TaskData:
         base = MiniPile(**{p.name: self.config[p.name] for p in MiniPile.params}).build(cache)
@@ -340,6 +405,10 @@ class Secrets(OnMiniPile, Task):
                                 "records_per_secret": {"min": int(c.min()), "max": int(c.max()),
                                                        "mean": float(c.mean())}}
 
+        if self.replace_negatives:
+            # drawn after every other secret, so the default world (absent) keeps its draws
+            own += self._neighbours(targets, meta, spec, drawer)
+
         # every carrier holds exactly its own secret, once; no other text holds any
         by_cf = {s.casefold(): s for s in spec}
         for where, text, s in own:
@@ -352,6 +421,7 @@ class Secrets(OnMiniPile, Task):
 
         public_format = {
             "kind": "secrets", "unit": "secret", "secrets": public,
+            **({"negatives": "replaced"} if self.replace_negatives else {}),
             "secret_formats": {k: SECRET_FORMATS[k] for k in sorted(set(kinds))},
             "templates": {"code": {k: list(CODE_TEMPLATES[k]) for k in sorted(set(kinds))},
                           "prose": {k: list(PROSE_TEMPLATES[k]) for k in sorted(set(kinds))}},
@@ -379,3 +449,12 @@ class Secrets(OnMiniPile, Task):
             sources=tuple(base.sources) + (synthetic,), stats=stats, relation=base.relation, unit="secret",
             target_meta=meta, public_format=public_format, secret_spec=spec,
         )
+
+
+@register_task("secrets_replaced")
+class SecretsReplaced(Secrets):
+    description = ("Secrets whose b = 0 units are trained on with the secret replaced by a fresh draw of the same "
+                   "kind (Ganesh et al. 2025, Definition 3.1: the neighbouring dataset Hush's guarantee bounds); "
+                   "otherwise the secrets task. The game then tests the secret's content, not its carriers' presence.")
+    version = "0.1.0"
+    replace_negatives = True

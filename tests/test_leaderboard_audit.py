@@ -12,10 +12,11 @@ from leaderboard.export import export_db
 
 TRACK = {"name": "quick", "hash": "q-audit", "headline_game": "adapt"}
 PARAMS = {"dp-eps1": {"epsilon": 1.0}, "broken-eps1": {"epsilon": 1.0}, "finetune": {"lr": 0.001},
-          "none": {}}
+          "none": {}, "hush": {"method": "lora"}}
 ROC = "eps_lb_roc@95%,delta=1e-05"
 ONE = "eps_lb_one_run@95%,delta=1e-05"
 CLAIM = "dp_claim@95%,delta=1e-05"
+SECRET = "secret_claim@95%"
 
 
 def _write(path) -> None:
@@ -34,9 +35,13 @@ def _write(path) -> None:
             for attack, roc in (("loss", 0.4), ("zlib", 0.9)):
                 metrics = [MetricRow("auc", 0.6, 0.55, 0.65, 10, 10), MetricRow("tpr@1%fpr", 0.05, 0.0, 0.1, 10, 10),
                            MetricRow(ROC, roc, None, None, 10, 10, "indicative")]
+                if game == "adapt" and d == "hush":  # a secret-level KL claim, checked on a neighbour game
+                    kl = 0.3 if attack == "zlib" else 0.0
+                    metrics.append(MetricRow(SECRET, 0.012, kl, None, 10, 10,
+                                             "claim_violated" if kl > 0.012 else "claim_ok"))
                 if game == "audit":
                     one = {"dp-eps1": 0.0, "broken-eps1": 2.3 if attack == "loss" else 1.7, "finetune": 1.9,
-                           "none": 0.0}[d]
+                           "none": 0.0, "hush": 0.1}[d]
                     metrics.append(MetricRow(ONE, one, None, None, 10, 10))
                     if "eps" in d:
                         metrics.append(MetricRow(CLAIM, 1.0, one, None, 10, 10,
@@ -65,23 +70,23 @@ def _cfg(group, defense):
 def test_broken_claim_is_shown_violated_and_the_correct_one_ok(tmp_path):
     _, group = _group(tmp_path)
     broken = group.config_audit(_cfg(group, "broken-eps1"))
-    claim = broken[broken["bound"] == "one-run at the claimed δ"]
+    claim = broken[broken["bound"] == "ε, one-run at the claimed δ"]
     assert list(claim["flag"]) == ["claim_violated"]
-    assert claim["ε lower bound"].iloc[0] == 2.3 and claim["attack"].iloc[0] == "loss"  # the largest over attacks
-    assert claim["claimed ε"].iloc[0] == 1.0
+    assert claim["lower bound"].iloc[0] == 2.3 and claim["attack"].iloc[0] == "loss"  # the largest over attacks
+    assert claim["claimed"].iloc[0] == 1.0
     assert audit_summary(broken).endswith("claim_violated")
     ok = group.config_audit(_cfg(group, "dp-eps1"))
-    assert set(ok.loc[ok["bound"] == "one-run at the claimed δ", "flag"]) == {"claim_ok"}
+    assert set(ok.loc[ok["bound"] == "ε, one-run at the claimed δ", "flag"]) == {"claim_ok"}
     facts = dict(group.facts(_cfg(group, "dp-eps1")).values)
-    assert facts["audit (claimed vs audited ε)"].startswith("claimed ε 1 vs audited ε ≥ 0")
+    assert facts["audit (claimed vs audited)"].startswith("claimed ε 1 vs audited ε ≥ 0")
 
 
 def test_roc_bound_is_the_largest_over_attacks_and_keeps_its_flag(tmp_path):
     _, group = _group(tmp_path)
     audit = group.config_audit(_cfg(group, "finetune"))
-    roc = audit[(audit["bound"] == "ROC") & (audit["game"] == "adapt")]
-    assert roc["ε lower bound"].tolist() == [0.9] and roc["attack"].tolist() == ["zlib"]
-    assert roc["flag"].tolist() == ["indicative"] and math.isnan(roc["claimed ε"].iloc[0])
+    roc = audit[(audit["bound"] == "ε, ROC") & (audit["game"] == "adapt")]
+    assert roc["lower bound"].tolist() == [0.9] and roc["attack"].tolist() == ["zlib"]
+    assert roc["flag"].tolist() == ["indicative"] and math.isnan(roc["claimed"].iloc[0])
     assert "no DP claim audited" in audit_summary(audit) and "1.9" in audit_summary(audit)  # one-run beats ROC
 
 
@@ -92,3 +97,13 @@ def test_export_defense_page_has_the_audit_table(tmp_path):
     pages = [t for t in (p.read_text() for p in out.rglob("*.html")) if "<h1>broken-eps1</h1>" in t]
     assert len(pages) == 1
     assert "Audit: claimed ε vs audited ε lower bound" in pages[0] and "claim_violated" in pages[0]
+
+
+def test_secret_claim_is_shown_next_to_the_dp_bounds(tmp_path):
+    _, group = _group(tmp_path)
+    audit = group.config_audit(_cfg(group, "hush"))
+    kl = audit[audit["bound"] == "KL, secret-level"]
+    assert kl["game"].tolist() == ["adapt"] and kl["flag"].tolist() == ["claim_violated"]
+    assert kl["lower bound"].tolist() == [0.3] and kl["claimed"].tolist() == [0.012] and kl["attack"].tolist() == ["zlib"]
+    summary = audit_summary(audit)
+    assert summary.startswith("claimed KL 0.012 vs audited KL ≥ 0.3") and summary.endswith("claim_violated")
