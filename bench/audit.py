@@ -53,6 +53,8 @@ __all__ = [
     "FLAG_CLAIM_VIOLATED",
     "FLAG_CLAIM_OK",
     "kl_lower_bound",
+    "kl_metric_name",
+    "kl_row",
     "secret_claim_row",
     "SECRET_CLAIM",
 ]
@@ -659,6 +661,22 @@ def claim_row(labels, scores, guarantee: dict | None, *, confidence: float = 0.9
     name = roc_metric_name(delta=delta_c, confidence=confidence).replace("eps_lb_roc", "dp_claim")
     return MetricRow(name, eps_c, float(res["epsilon_lb"]), None, n_pos, int(len(y) - n_pos),
                      FLAG_CLAIM_VIOLATED if verdict["violated"] else FLAG_CLAIM_OK)
+
+
+def kl_metric_name(*, confidence: float) -> str:
+    """Metric name of the KL lower bound: ``kl_lb@95%``."""
+    return f"kl_lb@{_pct(_check_confidence(confidence))}%"
+
+
+def kl_row(labels, scores, *, confidence: float = 0.95) -> MetricRow:
+    """The :func:`kl_lower_bound` of one evaluation of a neighbour game as a metric row, flagged
+    :data:`FLAG_INDICATIVE` (the targets share one model); stored for every release, claim or not, so an
+    undefended release shows what the attacks can detect."""
+    y = np.asarray(labels)
+    res = kl_lower_bound(labels, scores, confidence=confidence)
+    n_pos = int((y == 1).sum())
+    return MetricRow(kl_metric_name(confidence=confidence), float(res["kl_lb"]), None, None, n_pos,
+                     int(len(y) - n_pos), FLAG_INDICATIVE)
 
 
 def secret_claim_row(labels, scores, units, guarantee: dict | None, *, confidence: float = 0.95) -> MetricRow | None:

@@ -30,7 +30,7 @@ def audit_rows(metric_rows: list[dict]) -> list[dict]:
     KL guarantee (Hush): the claimed μ and the KL lower bound over the attacks, in the same verdict."""
     # the audit games, and any game carrying a secret-level claim check (negatives are neighbours: secrets_replaced)
     secret_games = {(r["task"], r["model"], r["defense"], r["seed"], r["game"]) for r in metric_rows
-                    if r["metric"].startswith("secret_claim@")}
+                    if r["metric"].startswith(("secret_claim@", "kl_lb@"))}
     groups: dict[tuple, list[dict]] = {}
     for r in metric_rows:
         key = (r["task"], r["model"], r["defense"], r["seed"], r["game"])
@@ -43,7 +43,8 @@ def audit_rows(metric_rows: list[dict]) -> list[dict]:
         one = [r for r in rows if r["metric"].startswith("eps_lb_one_run@")]
         claims = [r for r in rows if r["metric"].startswith("dp_claim@")]
         kl_claims = [r for r in rows if r["metric"].startswith("secret_claim@")]
-        c = _level((one or roc or claims or kl_claims)[0]["metric"]) if rows else math.nan
+        kl = [r for r in rows if r["metric"].startswith("kl_lb@")]
+        c = _level((one or roc or claims or kl_claims or kl)[0]["metric"]) if rows else math.nan
         verdict = "no claim"
         if claims or kl_claims:
             verdict = "claim_violated" if any(r["flag"] == "claim_violated" for r in claims + kl_claims) \
@@ -56,7 +57,7 @@ def audit_rows(metric_rows: list[dict]) -> list[dict]:
             "eps_lb_one_run": max((r["value"] for r in one), default=None),
             "eps_lb_at_claim": max((r["ci_low"] for r in claims), default=None),
             "claimed_kl": max((r["value"] for r in kl_claims), default=None),
-            "kl_lb": max((r["ci_low"] for r in kl_claims), default=None),
+            "kl_lb": max([r["value"] for r in kl] + [r["ci_low"] for r in kl_claims], default=None),
             "confidence": round(1.0 - len(attacks) * (1.0 - c), 6),
             "attacks": len(attacks), "canaries": (one or roc)[0]["n_pos"] + (one or roc)[0]["n_neg"] if one or roc
             else None,

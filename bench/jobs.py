@@ -16,7 +16,7 @@ from typing import ClassVar
 import numpy as np
 
 from bench.attack import MetricContext, evaluate_attack
-from bench.audit import claim_row, one_run_row, roc_epsilon_row, secret_claim_row
+from bench.audit import claim_row, kl_row, one_run_row, roc_epsilon_row, secret_claim_row
 from bench.blind import applies_to as blind_applies, blind_baseline
 from bench.device import release_memory
 from bench.errors import PluginError
@@ -267,6 +267,7 @@ def _evaluate(w: Worlds, p: EvaluateJob, done_evals) -> JobResult:
         if verdict is not None:  # the defense claims a finite (ε, δ): is it refuted at the suite's confidence?
             rows.append(verdict)
     if neighbour_game(inst.spec, data):  # negatives trained on with their secret replaced: Hush's adjacency
+        rows.append(kl_row(inst.labels, scores, confidence=s.audit["confidence"]))
         verdict = secret_claim_row(inst.labels, scores, inst.record_ids,
                                    w.adapted(p.ti, p.mi, p.seed, p.di)[2].get("guarantee"),
                                    confidence=s.audit["confidence"])

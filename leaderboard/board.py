@@ -24,7 +24,7 @@ __all__ = ["Group", "Board", "load_board", "board_from_frames"]
 
 #: metric rows of the privacy audit (bench/audit.py): ROC and one-run ε lower bounds, the DP claim's verdict, and the
 #: secret-level (Hush) KL claim's verdict
-AUDIT_METRIC_PREFIXES = ("eps_lb_roc@", "eps_lb_one_run@", "dp_claim@", "secret_claim@")
+AUDIT_METRIC_PREFIXES = ("eps_lb_roc@", "eps_lb_one_run@", "dp_claim@", "secret_claim@", "kl_lb@")
 #: ``bound`` names the quantity and the procedure: ε (ROC, one-run, one-run at the claimed δ) or KL (secret-level)
 AUDIT_COLUMNS = ["seed", "game", "bound", "confidence, δ", "lower bound", "attack", "claimed", "flag"]
 DP_CLAIM_BOUND = "ε, one-run at the claimed δ"
@@ -47,6 +47,9 @@ def audit_summary(audit: pd.DataFrame) -> str:
     if parts:
         return "; ".join(parts)
     eps = audit[audit["bound"].str.startswith("ε")]
+    if eps.empty:
+        best = audit.sort_values("lower bound", ascending=False).iloc[0]
+        return f"KL ≥ {best['lower bound']:.3g} ({best['game']} game, attack {best['attack']}); no claim audited"
     best = eps.sort_values("lower bound", ascending=False).iloc[0]
     note = f", {best['flag']}" if best["flag"] else ""
     return (f"ε ≥ {best['lower bound']:.3g} ({best['bound']}, {best['confidence, δ']}, {best['game']} game, "
@@ -158,7 +161,7 @@ class Group:
                             "claim_violated" if violated else "claim_ok"))
             else:
                 best = g.sort_values("value", ascending=False).iloc[0]
-                kind = "ε, ROC" if bound == "eps_lb_roc" else "ε, one-run"
+                kind = {"eps_lb_roc": "ε, ROC", "eps_lb_one_run": "ε, one-run", "kl_lb": "KL"}[bound]
                 out.append((seed, game, kind, conditions, best["value"], best["attack"], float("nan"),
                             best["flag"] if isinstance(best["flag"], str) else ""))
         return pd.DataFrame(out, columns=AUDIT_COLUMNS)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from scipy.stats import beta, entropy, norm
 
-from bench.audit import FLAG_CLAIM_OK, FLAG_CLAIM_VIOLATED, kl_lower_bound, secret_claim_row
+from bench.audit import FLAG_CLAIM_OK, FLAG_CLAIM_VIOLATED, kl_lower_bound, kl_row, secret_claim_row
 from bench.audit_report import audit_rows
 from bench.errors import MetricError
 from bench.game import GAMES, Challenger, b_only_game
@@ -124,6 +124,13 @@ def test_only_games_that_differ_in_b_alone_are_checked():
     assert {g for g, spec in GAMES.items() if b_only_game(spec)} == {"adapt", "joint/fresh", "joint/seen", "audit"}
 
 
+def test_kl_row_is_the_bound_flagged_indicative():
+    y = np.r_[np.ones(50), np.zeros(50)].astype(int)
+    s = y + np.random.default_rng(3).normal(0.0, 0.5, 100)
+    row = kl_row(y, s)
+    assert row.metric == "kl_lb@95%" and row.flag == "indicative" and row.value == kl_lower_bound(y, s)["kl_lb"] > 0
+
+
 def test_audit_table_carries_the_secret_claim():
     def row(attack, metric, value, ci_low=None, flag=None):
         return dict(task="t", model="m", defense="hush", seed=0, game="adapt", attack=attack, metric=metric,
@@ -131,8 +138,11 @@ def test_audit_table_carries_the_secret_claim():
     rows = [row("loss", "eps_lb_roc@95%,delta=1e-05", 0.2, None, "indicative"),
             row("loss", "secret_claim@95%", 0.012, 0.0, "claim_ok"),
             row("secret_loss", "secret_claim@95%", 0.012, 0.4, "claim_violated"),
-            dict(row("loss", "auc", 0.9), defense="finetune")]  # no claim check: not in the table
-    (hush,) = audit_rows(rows)
+            dict(row("loss", "auc", 0.9), defense="finetune"),  # no neighbour-game bound: not in the table
+            dict(row("loss", "kl_lb@95%", 0.7, None, "indicative"), defense="ft"),
+            row("secret_loss", "kl_lb@95%", 0.4, None, "indicative")]
+    (ft, hush) = audit_rows(rows)
+    assert ft["verdict"] == "no claim" and ft["kl_lb"] == 0.7 and ft["claimed_kl"] is None
     assert hush["verdict"] == "claim_violated" and hush["claimed_kl"] == 0.012 and hush["kl_lb"] == 0.4
     assert hush["claimed_eps"] is None and hush["game"] == "adapt" and hush["confidence"] == pytest.approx(0.9)
 
@@ -244,3 +254,5 @@ def test_broken_hush_is_flagged_and_correct_hush_is_not(tmp_path):
         verdicts["broken_hush"]["value"])  # the same ledger: only the noise differs
     (row,) = [r for r in audit_rows(store.metric_rows(result.run_id)) if r["defense"] == "broken_hush"]
     assert row["verdict"] == "claim_violated" and row["kl_lb"] == verdicts["broken_hush"]["ci_low"]
+    (kl,) = [r for r in store.metric_rows(result.run_id) if r["metric"] == "kl_lb@95%" and r["defense"] == "hush"]
+    assert kl["flag"] == "indicative" and kl["value"] == verdicts["hush"]["ci_low"]  # stored for every release
