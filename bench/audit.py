@@ -139,6 +139,22 @@ def _log_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     return out
 
 
+def _roc_counts(labels, scores, confidence: float) -> dict:
+    """The ROC's thresholds with their true- and false-positive counts, and the Clopper–Pearson bounds TPR_lo and
+    FPR_hi at each, every bound at level a = (1 − confidence) / (2 k), k = n_pos + n_neg (the Bonferroni count of
+    :func:`epsilon_lower_bound`, which says why)."""
+    y, _ = validate_scores(labels, scores)
+    n_pos = int(y.sum())
+    n_neg = int(len(y) - n_pos)
+    fpr, tpr, thr = roc_curve_points(labels, scores)
+    fp = np.rint(fpr * n_neg).astype(np.int64)
+    tp = np.rint(tpr * n_pos).astype(np.int64)
+    k = n_pos + n_neg
+    a = (1.0 - confidence) / (2.0 * k)
+    return {"thr": thr, "tp": tp, "fp": fp, "n_pos": n_pos, "n_neg": n_neg, "k": k, "a": a,
+            "tpr_lo": _cp_lower(tp, n_pos, a), "fpr_hi": _cp_upper(fp, n_neg, a)}
+
+
 def epsilon_lower_bound(labels, scores, *, delta: float, confidence: float = 0.95) -> dict:
     """Empirical lower bound on ε from one membership game's ROC, valid at ``confidence``.
 
@@ -178,17 +194,9 @@ def epsilon_lower_bound(labels, scores, *, delta: float, confidence: float = 0.9
     """
     d = _check_delta(delta)
     c = _check_confidence(confidence)
-    y, _ = validate_scores(labels, scores)
-    n_pos = int(y.sum())
-    n_neg = int(len(y) - n_pos)
-    fpr, tpr, thr = roc_curve_points(labels, scores)
-    fp = np.rint(fpr * n_neg).astype(np.int64)
-    tp = np.rint(tpr * n_pos).astype(np.int64)
-
-    k = n_pos + n_neg
-    a = (1.0 - c) / (2.0 * k)
-    tpr_lo = _cp_lower(tp, n_pos, a)
-    fpr_hi = _cp_upper(fp, n_neg, a)
+    r = _roc_counts(labels, scores, c)
+    thr, tp, fp, n_pos, n_neg, k, a, tpr_lo, fpr_hi = (r[x] for x in ("thr", "tp", "fp", "n_pos", "n_neg", "k", "a",
+                                                                     "tpr_lo", "fpr_hi"))
     # Clopper–Pearson is symmetric (tnr_lo = 1 − fpr_hi, fnr_hi = 1 − tpr_lo: the same two events), but computing
     # the complements directly keeps fnr_hi > 0 exact instead of 1 − (a number that may round to 1)
     tnr_lo = _cp_lower(n_neg - fp, n_neg, a)
@@ -255,16 +263,8 @@ def kl_lower_bound(labels, scores, *, confidence: float = 0.95) -> dict:
     from bench.secret_accounting import bernoulli_kl
 
     c = _check_confidence(confidence)
-    y, _ = validate_scores(labels, scores)
-    n_pos = int(y.sum())
-    n_neg = int(len(y) - n_pos)
-    fpr, tpr, thr = roc_curve_points(labels, scores)
-    fp = np.rint(fpr * n_neg).astype(np.int64)
-    tp = np.rint(tpr * n_pos).astype(np.int64)
-    k = n_pos + n_neg
-    a = (1.0 - c) / (2.0 * k)
-    tpr_lo = _cp_lower(tp, n_pos, a)
-    fpr_hi = _cp_upper(fp, n_neg, a)
+    r = _roc_counts(labels, scores, c)
+    thr, n_pos, n_neg, k, a, tpr_lo, fpr_hi = (r[x] for x in ("thr", "n_pos", "n_neg", "k", "a", "tpr_lo", "fpr_hi"))
     above = tpr_lo > fpr_hi
     kl_t = np.zeros(len(tpr_lo))
     if above.any():
