@@ -679,6 +679,16 @@ def kl_row(labels, scores, *, confidence: float = 0.95) -> MetricRow:
                      int(len(y) - n_pos), FLAG_INDICATIVE)
 
 
+def _claimed_kl(secret: dict) -> float:
+    """The KL a ledger claims for one secret: its ``kl`` (None = unbounded), or for ledgers written before ``kl``
+    was kept, Lemma 3.2 inverted from ``r_bound`` (r_bound = 1 means no bound)."""
+    from bench.secret_accounting import bernoulli_kl
+
+    if "kl" in secret:
+        return math.inf if secret["kl"] is None else float(secret["kl"])
+    return math.inf if secret["r_bound"] >= 1.0 else float(bernoulli_kl(secret["r_bound"], secret["p"]))
+
+
 def secret_claim_row(labels, scores, units, guarantee: dict | None, *, confidence: float = 0.95) -> MetricRow | None:
     """The verdict on a secret-level KL guarantee (Hush, Ganesh et al. 2025) from one game whose negatives are the
     positives' neighbours (task ``secrets_replaced``): ``secret_claim@<confidence>%`` with value = μ, the largest
@@ -690,20 +700,13 @@ def secret_claim_row(labels, scores, units, guarantee: dict | None, *, confidenc
     claims no secret-level guarantee, when its ledger bounds only one KL direction (the check uses both), or when
     a secret of the game is missing from the ledger (its neighbour was not trained on: not this design).
     """
-    from bench.secret_accounting import bernoulli_kl
-
     if not guarantee or guarantee.get("name") != "secret_reconstruction" or guarantee.get("direction") != "both":
         return None
     per = guarantee.get("per_secret") or {}
     units = list(units)
     if not units or any(u not in per for u in units):
         return None
-    def claimed_kl(v: dict) -> float:  # ledgers written before "kl" was kept: invert Lemma 3.2 from r_bound
-        if "kl" in v:
-            return math.inf if v["kl"] is None else float(v["kl"])
-        return math.inf if v["r_bound"] >= 1.0 else float(bernoulli_kl(v["r_bound"], v["p"]))
-
-    mu = max(claimed_kl(per[u]) for u in units)
+    mu = max(_claimed_kl(per[u]) for u in units)
     res = kl_lower_bound(labels, scores, confidence=confidence)
     y = np.asarray(labels)
     n_pos = int((y == 1).sum())

@@ -124,11 +124,10 @@ def audit(
 
     from bench.audit_report import audit_rows
     from bench.cache import ArtifactCache
+    from bench.game import b_only_game
     from bench.report import format_rows
     from bench.runner import Runner
     from bench.suite import load_suite
-
-    from bench.game import b_only_game
 
     s = load_suite(suite)
     # a task that trains b = 0 units as neighbours (secrets_replaced) makes its b games claim checks of Hush

@@ -375,10 +375,9 @@ class Challenger:
         self._pre_audit_in = frozenset(u for u, bit in zip(self._pre_audit_units, coin) if bit)
         #: record -> its neighbour text, for tasks whose b = 0 units are trained on with their secret replaced
         #: (``secrets_replaced``, ``target_meta[...]["neighbour"]``); empty elsewhere
-        self._neighbours: dict[str, str] = {r: data.target_meta[r]["neighbour"] for r in self._group
+        self._neighbours: dict[str, str] = {r: data.target_meta[r]["neighbour"] for u, rids in self._records.items()
+                                            if u not in self._null_units for r in rids
                                             if "neighbour" in data.target_meta.get(r, {})}
-        self._neighbours.update((r, data.target_meta[r]["neighbour"]) for u in self._audit_units
-                                for r in self._records[u] if "neighbour" in data.target_meta.get(r, {}))
         key = {"task": data.fingerprint, "world": keyed_world(self.config), "seed": self.seed, "game": GAME_VERSION}
         if secret is not None:
             key["secret"] = content_hash("world-secret-id", secret)
@@ -419,12 +418,11 @@ class Challenger:
         reps = self.config["adapt_target_repeats"]
         b1 = [r for r in sorted(self._group) if self._group[r][1] == 1]
         b1 += [r for u in sorted(self._audit_in) for r in self._records[u]]  # audit canaries with c = 1
-        inserted = [self._text[r] for r in b1]
+        b0: list[str] = []
         if self._neighbours:  # b = 0 (c = 0) units leave their neighbours in D: Hush's adjacency, not absence
             b0 = [r for r in sorted(self._group) if self._group[r][1] == 0]
             b0 += [r for u in self._audit_units if u not in self._audit_in for r in self._records[u]]
-            inserted += [self._neighbours[r] for r in b0]
-            b1 += b0
+        inserted = [self._text[r] for r in b1] + [self._neighbours[r] for r in b0]
         texts = list(self._data.adapt[:n_bg]) + inserted * reps
         rng = np.random.default_rng([self.seed, 17, *self._salt])
         order = rng.permutation(len(texts))
@@ -432,7 +430,7 @@ class Challenger:
         # records of the adaptation pool after the background: held back by the data owner for validation
         validation = tuple(self._data.adapt[n_bg: n_bg + self.config["n_validation"]])
         if self.unit == "user":
-            owners = owners_of(self._data, self.world_key, n_bg, [self._unit_of[r] for r in b1] * reps)
+            owners = owners_of(self._data, self.world_key, n_bg, [self._unit_of[r] for r in b1 + b0] * reps)
             return AdaptationData(shuffled, users=tuple(owners[i] for i in order), validation=validation)
         if self.unit == "secret":
             per_text, targets = secrets_of(self._data, shuffled)
