@@ -67,6 +67,26 @@ def artifact_is_valid(target: Path, *, verify: bool = True) -> bool:
     return True
 
 
+def manifest_files(target: Path) -> dict[str, str] | None:
+    """{file: SHA-256} of an artifact directory as its manifest lists them, or None where it has no readable one."""
+    try:
+        entries = json.loads((Path(target) / MANIFEST).read_text())["files"]
+        return {str(rel): str(meta["sha256"]) for rel, meta in entries.items()}
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def same_content(a: str | Path, b: str | Path, *, ignore: tuple[str, ...] = ("privbench.json",)) -> bool:
+    """True when artifact directories ``a`` and ``b`` hold the same files with the same checksums (``ignore``d files
+    aside: a training report describes how an artifact was made, not what it is). Read from the manifests the
+    cache wrote, so it costs two small reads; a directory without a manifest (a hub checkpoint) is never the same.
+    A θ′ that is byte for byte θ (the ``none`` anchor) is thereby recognised by content, not by a defense's word."""
+    fa, fb = manifest_files(Path(a)), manifest_files(Path(b))
+    if fa is None or fb is None:
+        return False
+    return {k: v for k, v in fa.items() if k not in ignore} == {k: v for k, v in fb.items() if k not in ignore}
+
+
 class ArtifactCache:
     """Content-addressed store of artifact directories.
 

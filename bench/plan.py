@@ -197,7 +197,11 @@ def build_plan(runner, run_id: int | None = None) -> Plan:
                     d_base_key, d_k_base, d_sig_base = thetas[di]
                     ad_key = adapted_key(spec, d_base_key, d.instance, adaptation, seed)
                     k_ad = job(ad_key, AdaptJob(di=di, **at), f"θ' {d.label} {wl}", (d_k_base,))
-                    sig_ad = signals(ad_key, k_ad, f"signals θ' {d.label} {wl}", warm, role="adapted", di=di, **at)
+                    # a θ′ that is θ byte for byte is scored as θ (Worlds.model_lm), so it waits for θ's signals
+                    scored_as = w.scoring_key("adapted", ad_key, d_base_key)
+                    sig_ad = job(signals_key(fp(ad_key), warm), SignalsJob(role="adapted", di=di, **at),
+                                 f"signals θ' {d.label} {wl}", (k_ad, d_sig_base),
+                                 done=_signals_done(w.signals, fp(scored_as), warm))
                     utility(ad_key, (sig_ad, k_ad), f"utility θ' {d.label} {wl}",
                             (t.label, spec.name, d.label, seed, "adapted"), role="adapted", di=di, **at)
                     for game in s.games:

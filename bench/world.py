@@ -14,7 +14,7 @@ from functools import partial
 import torch
 
 from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference, ensure_tokenizer, pretrains
-from bench.cache import ArtifactCache
+from bench.cache import ArtifactCache, same_content
 from bench.device import release_memory, score_bf16, select_device
 from bench.errors import ConfigError, DataError
 from bench.game import AdaptationData, Challenger, ShadowSet
@@ -293,7 +293,19 @@ class Worlds:
             path, key = self.reference_base(ti, mi)
         else:
             path, key, _ = self.adapted(ti, mi, seed, di)
+            base_path, base_key = self.theta(ti, mi, seed, di)
+            if same_content(base_path, path):  # θ′ is θ byte for byte (`none`): θ's handle, signals and generations
+                path, key = base_path, base_key
         return self.lm(path, key, self.suite.models[mi])
+
+    def scoring_key(self, kind: str, key: str, base_key: str) -> str:
+        """The artifact key whose scoring fingerprint an adapted model's signals are cached under, without building
+        anything: ``base_key`` when both artifacts are already in the cache with the same content, else ``key``
+        (as :meth:`model_lm` decides once θ′ exists)."""
+        for k, b in ((kind, key), ("pretrained", base_key)):
+            if not self.cache.is_valid(k, b, verify=False):
+                return key
+        return base_key if same_content(self.cache.path("pretrained", base_key), self.cache.path(kind, key)) else key
 
     def lm(self, path, key: str, spec: ModelSpec) -> HFLanguageModel:
         """A loaded model, kept among the last few used; dropping one releases its (GPU) memory."""
