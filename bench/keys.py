@@ -26,9 +26,15 @@ def scoring_fingerprint(artifact_key: str, *, max_length: int, bf16: bool) -> st
     """The fingerprint a model is scored under: its artifact and the settings that change its signals.
 
     The tokenizer's BOS handling is a property of the artifact, so the artifact key covers it; the scoring code's
-    own hash is included so a change to how signals are computed never reuses stale ones."""
-    return content_hash({"model": artifact_key, "max_length": max_length, "bf16": bool(bf16),
-                         "code": module_hash("bench.lm", "bench.signals", "bench.logit_stats")})
+    own hash is included so a change to how signals are computed never reuses stale ones. The compiled signal kernel
+    (``PRIVBENCH_COMPILE=1``) rounds differently from the eager one (within 1e-5), so its signals get a fingerprint
+    of their own; the eager fingerprint is the one it always was."""
+    from bench.logit_stats import compile_enabled
+    settings = {"model": artifact_key, "max_length": max_length, "bf16": bool(bf16),
+                "code": module_hash("bench.lm", "bench.signals", "bench.logit_stats")}
+    if compile_enabled():
+        settings["compiled"] = True
+    return content_hash(settings)
 
 
 def data_key(task_name: str, task_key: str, data_fingerprint: str) -> str:

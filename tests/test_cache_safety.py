@@ -4,7 +4,6 @@ sandboxed plugin code sees the shared cache read-only, through an overlay that n
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

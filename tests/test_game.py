@@ -19,7 +19,7 @@ import pytest
 from attacks.loss import LossAttack
 from bench.attack import Attack, run_attack
 from bench.errors import CapabilityError, DataError, PluginError
-from bench.game import DEFAULT_GAMES, GAMES, AdaptationData, AttackerView, Challenger, GameInstance, Target
+from bench.game import DEFAULT_GAMES, GAMES, AdaptationData, Challenger, GameInstance, Target
 from bench.lm import LanguageModel, RestrictedModel
 from bench.metrics import roc_auc
 from fakes import UnigramLM, make_task_data

@@ -43,3 +43,17 @@ def test_bf16_logits_are_scored_in_fp32():
     got = stats_from_logits(logits, tgt)
     ref = _naive(logits.float(), tgt)
     assert got[1].dtype == torch.float32 and (got[1].double() - ref[1]).abs().max() <= 1e-5
+
+
+def test_compiled_signals_have_a_fingerprint_of_their_own(monkeypatch):
+    """Compiled and eager signals differ in the last bits, so they must never share a signal cache or an evaluation
+    key; the eager fingerprint stays the one stored runs were keyed by."""
+    from bench.hashing import content_hash, module_hash
+    from bench.keys import scoring_fingerprint
+
+    monkeypatch.delenv("PRIVBENCH_COMPILE", raising=False)
+    eager = scoring_fingerprint("k", max_length=128, bf16=False)
+    assert eager == content_hash({"model": "k", "max_length": 128, "bf16": False,
+                                  "code": module_hash("bench.lm", "bench.signals", "bench.logit_stats")})
+    monkeypatch.setenv("PRIVBENCH_COMPILE", "1")
+    assert scoring_fingerprint("k", max_length=128, bf16=False) != eager

@@ -4,7 +4,6 @@ a runner-level run where every attack scores an aggregate."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 
 import numpy as np

@@ -1,0 +1,72 @@
+"""How far batching moves a saved model's greedy-step logits, next to GREEDY_TIE_MARGIN: every prompt is generated
+in its equal-length batch and on its own, and the script reports the largest logit difference at any step (while
+the two continuations agree), how many continuations differ, and how many steps have a top-two gap under a few
+margins. ``HFLanguageModel.generate`` generates a batched row again alone when its gap falls under the margin, so
+the margin must stay above the shift this reports; the rows it sends back are the cost. Not a test: run it on an
+otherwise idle machine and record the output in docs/benchmarks.md.
+
+    python scripts/generation_tie_margin.py MODEL_DIR [--prompts 150] [--new-tokens 11]
+
+Prompts are Names2IDs PII prompts ("Name: <name>, ID:") of people no track trains on (seed 11).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+
+import torch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model_dir")
+    ap.add_argument("--prompts", type=int, default=150)
+    ap.add_argument("--new-tokens", type=int, default=11)
+    a = ap.parse_args()
+
+    from bench.device import set_threads
+    from bench.lm import GREEDY_TIE_MARGIN
+    from bench.modeling import load_model
+    from tasks.names2ids import DEFAULT_LOCALES, PROMPT, make_people
+
+    set_threads()
+    model, tok = load_model(a.model_dir, device=torch.device("cpu"))
+    model.eval()
+    prompts = [PROMPT.format(name=p["name"]) for p in make_people(a.prompts, DEFAULT_LOCALES, 11)]
+    by_length: dict[int, list[list[int]]] = defaultdict(list)
+    for p in prompts:
+        ids = tok(p)["input_ids"]
+        by_length[len(ids)].append(ids)
+
+    @torch.no_grad()
+    def generate(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=a.new_tokens,
+                             do_sample=False, pad_token_id=tok.pad_token_id, output_scores=True,
+                             return_dict_in_generate=True)
+        return out.sequences, torch.stack(out.scores, 1).float()  # rows × steps × vocabulary
+
+    worst, differ, gaps = 0.0, 0, []
+    for length, group in sorted(by_length.items()):
+        ids = torch.tensor(group)
+        seq_batched, scores_batched = generate(ids)
+        for r in range(len(group)):
+            seq_alone, scores_alone = generate(ids[r:r + 1])
+            for t in range(scores_alone.shape[1]):
+                worst = max(worst, float((scores_batched[r, t] - scores_alone[0, t]).abs().max()))
+                top = scores_alone[0, t].topk(2).values
+                gaps.append(float(top[0] - top[1]))
+                if seq_batched[r, length + t] != seq_alone[0, length + t]:
+                    differ += 1
+                    break
+    g = torch.tensor(gaps)
+    print(f"{a.model_dir}: {len(prompts)} prompts of {len(by_length)} lengths, {a.new_tokens} new tokens, "
+          f"{torch.get_num_threads()} threads")
+    print(f"  batching moved a step's logits by at most {worst:.2e} (GREEDY_TIE_MARGIN = {GREEDY_TIE_MARGIN:g}); "
+          f"continuations that differ: {differ} of {len(prompts)}")
+    for m in (1e-5, 1e-4, 1e-3, 1e-2):
+        print(f"  steps with a top-two gap under {m:g}: {int((g < m).sum())} of {len(g)}")
+
+
+if __name__ == "__main__":
+    main()
