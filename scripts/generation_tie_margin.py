@@ -2,8 +2,9 @@
 in its equal-length batch and on its own, and the script reports the largest logit difference at any step (while
 the two continuations agree), how many continuations differ, and how many steps have a top-two gap under a few
 margins. ``HFLanguageModel.generate`` generates a batched row again alone when its gap falls under the margin, so
-the margin must stay above the shift this reports; the rows it sends back are the cost. Not a test: run it on an
-otherwise idle machine and record the output in docs/benchmarks.md.
+the margin must stay above the shift this reports; the rows it sends back are the cost, which the script also
+reports (batched prompts/s, seconds per row alone, rows whose batched gap falls under the margin). Not a test: run
+it on an otherwise idle machine and record the output in docs/benchmarks.md.
 
     python scripts/generation_tie_margin.py MODEL_DIR [--prompts 150] [--new-tokens 11]
 
@@ -13,6 +14,7 @@ Prompts are Names2IDs PII prompts ("Name: <name>, ID:") of people no track train
 from __future__ import annotations
 
 import argparse
+import time
 from collections import defaultdict
 
 import torch
@@ -46,12 +48,24 @@ def main() -> None:
                              return_dict_in_generate=True)
         return out.sequences, torch.stack(out.scores, 1).float()  # rows × steps × vocabulary
 
-    worst, differ, gaps = 0.0, 0, []
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+    worst, differ, gaps, sent_back, t_batched, t_alone = 0.0, 0, [], 0, 0.0, 0.0
     for length, group in sorted(by_length.items()):
         ids = torch.tensor(group)
+        t0 = time.perf_counter()
         seq_batched, scores_batched = generate(ids)
+        t_batched += time.perf_counter() - t0
+        if len(group) > 1:  # the fallback's test: a batched row's smallest top-two gap up to its first EOS
+            top = scores_batched.topk(2, dim=-1).values
+            row_gaps = top[..., 0] - top[..., 1]
+            for r, row in enumerate(seq_batched[:, length:].tolist()):
+                stop = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
+                sent_back += int(float(row_gaps[r, :stop].min()) < GREEDY_TIE_MARGIN)
         for r in range(len(group)):
+            t0 = time.perf_counter()
             seq_alone, scores_alone = generate(ids[r:r + 1])
+            t_alone += time.perf_counter() - t0
             for t in range(scores_alone.shape[1]):
                 worst = max(worst, float((scores_batched[r, t] - scores_alone[0, t]).abs().max()))
                 top = scores_alone[0, t].topk(2).values
@@ -64,6 +78,8 @@ def main() -> None:
           f"{torch.get_num_threads()} threads")
     print(f"  batching moved a step's logits by at most {worst:.2e} (GREEDY_TIE_MARGIN = {GREEDY_TIE_MARGIN:g}); "
           f"continuations that differ: {differ} of {len(prompts)}")
+    print(f"  batched: {len(prompts) / t_batched:.1f} prompts/s; one row alone: {t_alone / len(prompts):.2f} s; rows "
+          f"the fallback sends back: {sent_back} of {len(prompts)} (about {sent_back * t_alone / len(prompts):.0f} s)")
     for m in (1e-5, 1e-4, 1e-3, 1e-2):
         print(f"  steps with a top-two gap under {m:g}: {int((g < m).sum())} of {len(g)}")
 
