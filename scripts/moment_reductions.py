@@ -36,6 +36,8 @@ def main() -> None:
             logp = torch.log_softmax(torch.randn(a.rows, vocab, generator=g) * scale, -1)
             p = logp.exp()
             mu_ref = (p.double() * logp.double()).sum(-1)
+            d64 = logp.double() - mu_ref.unsqueeze(-1)
+            sigma2_ref = (p.double() * d64 * d64).sum(-1)
             line = f"  V={vocab:6d} scale={scale:<5}"
             for name, dot in (("vecdot", torch.linalg.vecdot), ("bmm", bmm_dot)):
                 t0 = time.perf_counter()
@@ -44,8 +46,6 @@ def main() -> None:
                     d = logp - mu.unsqueeze(-1)
                     sigma2 = dot(p * d, d)
                 seconds = (time.perf_counter() - t0) / a.repeats
-                d64 = logp.double() - mu_ref.unsqueeze(-1)
-                sigma2_ref = (p.double() * d64 * d64).sum(-1)
                 line += (f"  {name}: μ err {float((mu.double() - mu_ref).abs().max()):.1e}, "
                          f"σ² err {float((sigma2.double() - sigma2_ref).abs().max()):.1e}, {seconds * 1e3:6.1f} ms")
             print(line)
