@@ -6,9 +6,13 @@ Zhang et al. 2024), the greedy token and its log-probability. Written naively th
 the vocabulary with five full-size temporaries, which made scoring cost 1.3× a bare forward + log-softmax on
 the micro model. Here:
 
-* eager (default): one ``log_softmax``, one ``exp``, one ``max`` and two dot products (``torch.linalg.vecdot``,
-  no product temporary); σ² keeps the centred form E[(log p − μ)²], which avoids the cancellation of
-  E[log p²] − μ² when the distribution is near-uniform (log p ≈ −log V, σ² ≈ 0).
+* eager (default): one ``log_softmax``, one ``exp``, one ``max`` and two dot products (``torch.linalg.vecdot``);
+  σ² keeps the centred form E[(log p − μ)²], which avoids the cancellation of E[log p²] − μ² when the
+  distribution is near-uniform (log p ≈ −log V, σ² ≈ 0). The passes run block by block (about
+  :data:`BLOCK_ELEMENTS` logits at a time), so each block's log-probabilities and temporaries are still in the
+  CPU's cache for the next pass instead of going out to memory and back five times. Blocking changes no bit:
+  every statistic is a per-position reduction over the vocabulary, computed by the same kernels on the same
+  values (tests/test_logit_stats.py checks equality with the unblocked passes).
 * compiled (``PRIVBENCH_COMPILE=1``): the same formulas from the logits in one ``torch.compile`` kernel
   (inductor fuses the softmax, both moments and the arg-max into about two reads of the logits); the first
   call in a process compiles for about 20 s on the 2-core machine, so it pays off only for long scoring runs.
@@ -23,7 +27,11 @@ import os
 import torch
 
 _compiled = None
-_compile_failed = False  # compilation failed once in this process: stay on the eager path
+
+#: logits per block of the eager passes: about 4 MB of fp32, which keeps a block's temporaries in cache on the
+#: 2-core CPU (8 × 127 positions of logits: 17 → 13 ms at V = 8,192, 104 → 76 ms at V = 49,152;
+#: scripts/benchmark.py reports the effect on whole scoring runs, docs/benchmarks.md)
+BLOCK_ELEMENTS = 1 << 20
 
 
 def compile_enabled() -> bool:
@@ -56,18 +64,59 @@ def _fused(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tok_lp, mu, sigma2, arg == tgt, zmax - lse.squeeze(-1)
 
 
+def _blocks(batch: int, length: int, vocab: int) -> list[tuple[slice, slice]]:
+    """(rows, positions) slices that tile a batch × length grid of positions, about :data:`BLOCK_ELEMENTS`
+    logits each. No block holds a single position unless the grid does: over a large vocabulary a lone row's
+    reduction is split between threads, which sums in another order than the rows of a larger tensor."""
+    per_block = max(2, BLOCK_ELEMENTS // max(vocab, 1))
+    if length >= per_block:  # split each row's positions
+        starts = list(range(0, length, per_block))
+        if len(starts) > 1 and length - starts[-1] < 2:
+            starts.pop()
+        cuts = starts[1:] + [length]
+        return [(slice(b, b + 1), slice(s, e)) for b in range(batch) for s, e in zip(starts, cuts)]
+    rows = max(1, per_block // max(length, 1))  # whole rows, several at a time
+    starts = list(range(0, batch, rows))
+    if len(starts) > 1 and (batch - starts[-1]) * length < 2:
+        starts.pop()
+    cuts = starts[1:] + [batch]
+    return [(slice(s, e), slice(0, length)) for s, e in zip(starts, cuts)]
+
+
+def _eager(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """:func:`stats_from_logprobs` of fp32 log-softmaxed ``logits`` (batch × length × vocabulary), block by block."""
+    batch, length, vocab = logits.shape
+    blocks = _blocks(batch, length, vocab)
+    if len(blocks) == 1:
+        return stats_from_logprobs(torch.log_softmax(logits.float(), dim=-1), tgt)
+    kw = {"device": logits.device}
+    out = (torch.empty(batch, length, dtype=torch.float32, **kw), torch.empty(batch, length, dtype=torch.float32, **kw),
+           torch.empty(batch, length, dtype=torch.float32, **kw), torch.empty(batch, length, dtype=torch.bool, **kw),
+           torch.empty(batch, length, dtype=torch.float32, **kw))
+    for rows, positions in blocks:
+        part = stats_from_logprobs(torch.log_softmax(logits[rows, positions].float(), dim=-1), tgt[rows, positions])
+        for o, x in zip(out, part):
+            o[rows, positions] = x
+    return out
+
+
 def stats_from_logits(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """As :func:`stats_from_logprobs` from raw logits (any float dtype, computed in fp32); compiled when
-    :func:`compile_enabled`, with the eager path as the fallback where compilation is unavailable."""
-    global _compiled, _compile_failed
-    if compile_enabled() and not _compile_failed:
+    """As :func:`stats_from_logprobs` from raw logits (batch × length × vocabulary, any float dtype, computed in
+    fp32); compiled when :func:`compile_enabled`.
+
+    A compiled run that cannot compile stops with an error rather than falling back to the eager kernel: its
+    signals are cached and stored under the compiled fingerprint (bench.keys.scoring_fingerprint), and eager
+    numbers must never sit there."""
+    global _compiled
+    if compile_enabled():
         if _compiled is None:
             _compiled = torch.compile(_fused, dynamic=True)
         try:
             return _compiled(logits, tgt)
-        except Exception as exc:  # no C++ toolchain, unsupported backend: eager, and say so once
-            import logging
-            logging.getLogger(__name__).warning("torch.compile of the signal kernel failed (%s): eager path",
-                                                type(exc).__name__)
-            _compile_failed = True
-    return stats_from_logprobs(torch.log_softmax(logits.float(), dim=-1), tgt)
+        except Exception as exc:  # no C++ toolchain, unsupported backend
+            from bench.errors import ConfigError
+            raise ConfigError(f"PRIVBENCH_COMPILE=1 but torch.compile of the signal kernel failed "
+                              f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): install a C++ "
+                              f"compiler for inductor, or unset PRIVBENCH_COMPILE to score with the eager "
+                              f"kernel") from exc
+    return _eager(logits, tgt)

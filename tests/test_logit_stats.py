@@ -37,6 +37,50 @@ def test_stats_match_the_naive_formulas(scale, compiled, monkeypatch):
     assert bool(ref[3][0, :5].all()) and not bool(ref[3].all())
 
 
+@pytest.mark.parametrize("shape", [(8, 127, 8192), (3, 40, 4096), (2, 43, 49152), (2, 45, 49152), (26, 1, 40960), (27, 1, 40960)])
+def test_blocked_passes_change_no_bit(shape, monkeypatch):
+    """The eager kernel runs block by block for cache locality; every statistic must equal, bit for bit, the same
+    passes over the whole tensor (a non-contiguous slice of the logits, as scoring hands it over). The shapes give
+    blocks of whole rows, blocks of positions with a one-position tail (merged into the block before), and
+    vocabularies past the size where a lone row's reduction would be split between threads."""
+    monkeypatch.delenv("PRIVBENCH_COMPILE", raising=False)
+    batch, length, vocab = shape
+    g = torch.Generator().manual_seed(1)
+    logits = (torch.randn(batch, length + 1, vocab, generator=g) * 3)[:, :-1]
+    tgt = torch.randint(0, vocab, (batch, length), generator=g)
+    blocked = stats_from_logits(logits, tgt)
+    whole = stats_from_logprobs(torch.log_softmax(logits, dim=-1), tgt)
+    for name, a, b in zip(("logp", "mu", "sigma2", "top1", "top1_logp"), blocked, whole):
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+
+
+@pytest.mark.parametrize("grid", [(8, 127, 8192), (8, 127, 49152), (8, 3, 8192), (3, 1, 1 << 20), (1, 1, 50)])
+def test_blocks_tile_the_grid_once_and_never_leave_a_lone_position(grid):
+    from bench.logit_stats import _blocks
+    batch, length, vocab = grid
+    seen = torch.zeros(batch, length, dtype=torch.int64)
+    blocks = _blocks(batch, length, vocab)
+    for rows, positions in blocks:
+        seen[rows, positions] += 1
+        n = (rows.stop - rows.start) * (positions.stop - positions.start)
+        assert n >= 2 or batch * length == 1
+    assert bool((seen == 1).all())
+
+
+def test_a_compiled_run_that_cannot_compile_stops_instead_of_storing_eager_signals(monkeypatch):
+    """Compiled signals are cached under a fingerprint of their own; an eager fallback there would mix numbers."""
+    import bench.logit_stats as ls
+    from bench.errors import ConfigError
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("no C++ compiler found")
+
+    monkeypatch.setenv("PRIVBENCH_COMPILE", "1")
+    monkeypatch.setattr(ls, "_compiled", broken)
+    with pytest.raises(ConfigError, match="unset PRIVBENCH_COMPILE"):
+        stats_from_logits(torch.randn(1, 3, 16), torch.zeros(1, 3, dtype=torch.long))
+
+
 def test_bf16_logits_are_scored_in_fp32():
     logits = torch.randn(2, 5, 512).bfloat16()
     tgt = torch.randint(0, 512, (2, 5))
