@@ -28,9 +28,9 @@ import torch
 
 _compiled = None
 
-#: logits per block of the eager passes: about 4 MB of fp32, which keeps a block's temporaries in cache on the
-#: 2-core CPU (8 × 127 positions of logits: 17 → 13 ms at V = 8,192, 104 → 76 ms at V = 49,152;
-#: scripts/benchmark.py reports the effect on whole scoring runs, docs/benchmarks.md)
+#: logits per block of the eager passes: 4 MB of fp32, which keeps a block's temporaries in cache on the 2-core
+#: CPU (8 × 127 positions, 2 threads: 12.7 → 10.1 ms at V = 8,192, 78.3 → 60.8 ms at V = 49,152;
+#: scripts/stats_blocks.py, and scripts/benchmark.py for whole scoring runs; docs/benchmarks.md)
 BLOCK_ELEMENTS = 1 << 20
 
 

@@ -1,0 +1,119 @@
+"""How close greedy generation on a saved model runs to the CPU's matrix-multiply ceiling, and whether batching
+prompts of mixed lengths (left-padded) would buy anything over the equal-length batches ``HFLanguageModel.generate``
+uses. Each Names2IDs PII prompt is generated alone (the reference every batched continuation must equal), in
+equal-length batches, and in length-sorted mixed batches of several sizes; the script reports prompts/s, the
+continuations that differ from the alone ones, the largest logit shift, the rows whose batched top-two gap falls
+under ``GREEDY_TIE_MARGIN`` (which the fallback would generate again), the arithmetic rate the equal-length batches
+reach, and an fp32 and a bf16 matrix product of the model's shapes for comparison. Not a test: run it on an
+otherwise idle machine and record the output in docs/benchmarks.md.
+
+    python scripts/generation_ceiling.py MODEL_DIR [--prompts 400] [--new-tokens 11]
+
+The arithmetic counts the linear layers only (2 × non-embedding parameters per position, plus the output layer
+for each new token); attention over these short sequences adds a few percent.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+
+import torch
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("model_dir")
+    ap.add_argument("--prompts", type=int, default=400)
+    ap.add_argument("--new-tokens", type=int, default=11)
+    a = ap.parse_args()
+
+    from bench.device import set_threads, tune_allocator
+    from bench.lm import GREEDY_TIE_MARGIN
+    from bench.modeling import load_model
+    from tasks.names2ids import DEFAULT_LOCALES, PROMPT, make_people
+
+    set_threads()
+    tune_allocator()
+    model, tok = load_model(a.model_dir, device=torch.device("cpu"))
+    model.eval()
+    prompts = [PROMPT.format(name=p["name"]) for p in make_people(a.prompts, DEFAULT_LOCALES, 11)]
+    enc = [tok(p)["input_ids"] for p in prompts]
+    n = len(enc)
+    eos = model.generation_config.eos_token_id
+    eos = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
+    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
+
+    def cut(row: list[int]) -> list[int]:
+        stop = next((j for j, t in enumerate(row) if t in eos), None)
+        return row if stop is None else row[:stop + 1]
+
+    @torch.no_grad()
+    def generate(rows: list[list[int]]) -> tuple[list[list[int]], torch.Tensor]:
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), pad)
+        mask = torch.zeros_like(ids)
+        for i, r in enumerate(rows):
+            ids[i, width - len(r):] = torch.tensor(r)
+            mask[i, width - len(r):] = 1
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=a.new_tokens, do_sample=False,
+                             pad_token_id=pad, output_scores=True, return_dict_in_generate=True)
+        return [cut(s) for s in out.sequences[:, width:].tolist()], torch.stack(out.scores, 1).float()
+
+    t0 = time.perf_counter()
+    alone = [generate([e]) for e in enc]
+    t_alone = time.perf_counter() - t0
+    print(f"{a.model_dir}: {n} prompts, {a.new_tokens} new tokens, {torch.get_num_threads()} threads")
+    print(f"  alone: {n / t_alone:.2f} prompts/s")
+
+    def batched(name: str, batches: list[list[int]]) -> float:
+        t0 = time.perf_counter()
+        got: dict[int, tuple[list[int], torch.Tensor]] = {}
+        for b in batches:
+            seqs, scores = generate([enc[i] for i in b])
+            for j, i in enumerate(b):
+                got[i] = (seqs[j], scores[j])
+        seconds = time.perf_counter() - t0
+        differ, shift, back = 0, 0.0, 0
+        for i in range(n):
+            seq, scores = got[i]
+            ref, ref_scores = alone[i][0][0], alone[i][1][0]
+            differ += seq != ref
+            agree = next((k for k in range(min(len(seq), len(ref))) if seq[k] != ref[k]), min(len(seq), len(ref)))
+            if agree:
+                shift = max(shift, float((scores[:agree] - ref_scores[:agree]).abs().max()))
+            top = scores[:len(seq)].topk(2, -1).values
+            back += float((top[:, 0] - top[:, 1]).min()) < GREEDY_TIE_MARGIN
+        print(f"  {name}: {n / seconds:.1f} prompts/s; continuations that differ from alone: {differ}; largest logit "
+              f"shift {shift:.2e}; rows under the margin: {back}")
+        return seconds
+
+    by_length: dict[int, list[int]] = defaultdict(list)
+    for i, e in enumerate(enc):
+        by_length[len(e)].append(i)
+    seconds = batched(f"equal-length batches ({len(by_length)} lengths, as generate does)",
+                      [g for _, g in sorted(by_length.items())])
+    order = sorted(range(n), key=lambda i: len(enc[i]))
+    for rows in (64, 128, 256):
+        batched(f"mixed lengths, left-padded, {rows} rows", [order[i:i + rows] for i in range(0, n, rows)])
+
+    emb = model.get_input_embeddings().weight
+    d_model, vocab = emb.shape[1], emb.shape[0]
+    body = sum(p.numel() for p in model.parameters()) - emb.numel()
+    positions = sum(len(e) + a.new_tokens - 1 for e in enc)
+    flops = 2 * body * positions + 2 * d_model * vocab * a.new_tokens * n
+    print(f"  equal-length batches reach {flops / seconds / 1e9:.0f} GFLOP/s in the linear layers")
+    mlp = getattr(model.config, "intermediate_size", 4 * d_model)
+    for dtype in (torch.float32, torch.bfloat16):
+        x, w = torch.randn(2048, d_model, dtype=dtype), torch.randn(d_model, mlp, dtype=dtype)
+        x @ w
+        t0 = time.perf_counter()
+        for _ in range(20):
+            x @ w
+        rate = 2 * 2048 * d_model * mlp * 20 / (time.perf_counter() - t0) / 1e9
+        print(f"  a {dtype} matrix product (2048 × {d_model}) × ({d_model} × {mlp}): {rate:.0f} GFLOP/s")
+
+
+if __name__ == "__main__":
+    main()
