@@ -4,10 +4,12 @@ uses. Each Names2IDs PII prompt is generated alone (the reference every batched 
 equal-length batches, and in length-sorted mixed batches of several sizes; the script reports prompts/s, the
 continuations that differ from the alone ones, the largest logit shift, the rows whose batched top-two gap falls
 under ``GREEDY_TIE_MARGIN`` (which the fallback would generate again), the arithmetic rate the equal-length batches
-reach, and an fp32 and a bf16 matrix product of the model's shapes for comparison. Not a test: run it on an
-otherwise idle machine and record the output in docs/benchmarks.md.
+reach, and an fp32 and a bf16 matrix product of the model's shapes for comparison. With ``--thread-layouts`` it
+also generates on one intra-op thread and as two one-thread workers side by side (the prompts alone, and the
+equal-length batches), against the default of one worker on every thread. Not a test: run it on an otherwise idle
+machine and record the output in docs/benchmarks.md.
 
-    python scripts/generation_ceiling.py MODEL_DIR [--prompts 400] [--new-tokens 11]
+    python scripts/generation_ceiling.py MODEL_DIR [--prompts 400] [--new-tokens 11] [--thread-layouts]
 
 The arithmetic counts the linear layers only (2 × non-embedding parameters per position, plus the output layer
 for each new token); attention over these short sequences adds a few percent.
@@ -27,6 +29,7 @@ def main() -> None:
     ap.add_argument("model_dir")
     ap.add_argument("--prompts", type=int, default=400)
     ap.add_argument("--new-tokens", type=int, default=11)
+    ap.add_argument("--thread-layouts", action="store_true")
     a = ap.parse_args()
 
     from bench.device import set_threads, tune_allocator
@@ -113,6 +116,62 @@ def main() -> None:
             x @ w
         rate = 2 * 2048 * d_model * mlp * 20 / (time.perf_counter() - t0) / 1e9
         print(f"  a {dtype} matrix product (2048 × {d_model}) × ({d_model} × {mlp}): {rate:.0f} GFLOP/s")
+    if a.thread_layouts:
+        thread_layouts(generate, enc, [g for _, g in sorted(by_length.items())], alone)
+
+
+def thread_layouts(generate, enc: list[list[int]], groups: list[list[int]], alone: list) -> None:
+    """Prompts alone and equal-length batches on one intra-op thread, and as two one-thread workers side by side
+    (each op then runs in its caller's thread), against ``alone`` (every thread, one worker): speed, and whether
+    the logits are the same bits."""
+    import threading
+
+    def side_by_side(jobs: list[list[int]]) -> tuple[list, float]:
+        out: list = [None] * len(jobs)
+        half = [[], []]
+        for i in sorted(range(len(jobs)), key=lambda i: -len(jobs[i])):  # balance rows between the two workers
+            half[int(sum(len(jobs[j]) for j in half[1]) < sum(len(jobs[j]) for j in half[0]))].append(i)
+
+        def work(mine: list[int]) -> None:
+            for i in mine:
+                out[i] = generate([enc[k] for k in jobs[i]])
+
+        t0 = time.perf_counter()
+        workers = [threading.Thread(target=work, args=(h,)) for h in half]
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        return out, time.perf_counter() - t0
+
+    threads = torch.get_num_threads()
+    n = len(enc)
+    t0 = time.perf_counter()
+    batched_all = [generate([enc[k] for k in g]) for g in groups]
+    t_batched = time.perf_counter() - t0
+    torch.set_num_threads(1)
+    try:
+        t0 = time.perf_counter()
+        one = [generate([e]) for e in enc]
+        t_one = time.perf_counter() - t0
+        pair, t_pair = side_by_side([[i] for i in range(n)])
+        batched_pair, t_batched_pair = side_by_side(groups)
+    finally:
+        torch.set_num_threads(threads)
+    differ, shift = 0, 0.0
+    for (seq, scores), (ref, ref_scores) in zip(one, alone):
+        seq, ref = seq[0], ref[0]
+        differ += seq != ref
+        agree = next((k for k in range(min(len(seq), len(ref))) if seq[k] != ref[k]), min(len(seq), len(ref)))
+        if agree:
+            shift = max(shift, float((scores[0, :agree] - ref_scores[0, :agree]).abs().max()))
+    print(f"  alone on 1 thread: {t_one / n:.3f} s/row; continuations that differ from {threads} threads: {differ}; "
+          f"largest logit difference while they agree {shift:.2e}")
+    print(f"  alone, two 1-thread workers: {t_pair / n:.3f} s/row; logits as 1 thread alone, bit for bit: "
+          f"{all(torch.equal(x[1], y[1]) for x, y in zip(pair, one))}")
+    print(f"  equal-length batches on {threads} threads: {n / t_batched:.1f} prompts/s; two 1-thread workers: "
+          f"{n / t_batched_pair:.1f} prompts/s, same continuations: "
+          f"{all(x[0] == y[0] for x, y in zip(batched_pair, batched_all))}")
 
 
 if __name__ == "__main__":
