@@ -89,10 +89,8 @@ def _eager(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, ...]:
     blocks = _blocks(batch, length, vocab)
     if len(blocks) == 1:
         return stats_from_logprobs(torch.log_softmax(logits.float(), dim=-1), tgt)
-    kw = {"device": logits.device}
-    out = (torch.empty(batch, length, dtype=torch.float32, **kw), torch.empty(batch, length, dtype=torch.float32, **kw),
-           torch.empty(batch, length, dtype=torch.float32, **kw), torch.empty(batch, length, dtype=torch.bool, **kw),
-           torch.empty(batch, length, dtype=torch.float32, **kw))
+    dtypes = (torch.float32, torch.float32, torch.float32, torch.bool, torch.float32)  # stats_from_logprobs' order
+    out = tuple(torch.empty(batch, length, dtype=d, device=logits.device) for d in dtypes)
     for rows, positions in blocks:
         part = stats_from_logprobs(torch.log_softmax(logits[rows, positions].float(), dim=-1), tgt[rows, positions])
         for o, x in zip(out, part):
@@ -114,7 +112,10 @@ def stats_from_logits(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Te
         try:
             return _compiled(logits, tgt)
         except Exception as exc:  # no C++ toolchain, unsupported backend
+            from bench.device import is_oom
             from bench.errors import ConfigError
+            if is_oom(exc):  # not a compile failure: the caller's batch back-off handles it
+                raise
             raise ConfigError(f"PRIVBENCH_COMPILE=1 but torch.compile of the signal kernel failed "
                               f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}): install a C++ "
                               f"compiler for inductor, or unset PRIVBENCH_COMPILE to score with the eager "

@@ -37,7 +37,8 @@ def test_stats_match_the_naive_formulas(scale, compiled, monkeypatch):
     assert bool(ref[3][0, :5].all()) and not bool(ref[3].all())
 
 
-@pytest.mark.parametrize("shape", [(8, 127, 8192), (3, 40, 4096), (2, 43, 49152), (2, 45, 49152), (26, 1, 40960), (27, 1, 40960)])
+@pytest.mark.parametrize("shape", [(8, 127, 8192), (3, 40, 4096), (2, 43, 49152), (2, 45, 49152), (26, 1, 40960),
+                                   (27, 1, 40960)])
 def test_blocked_passes_change_no_bit(shape, monkeypatch):
     """The eager kernel runs block by block for cache locality; every statistic must equal, bit for bit, the same
     passes over the whole tensor (a non-contiguous slice of the logits, as scoring hands it over). The shapes give
@@ -78,6 +79,13 @@ def test_a_compiled_run_that_cannot_compile_stops_instead_of_storing_eager_signa
     monkeypatch.setenv("PRIVBENCH_COMPILE", "1")
     monkeypatch.setattr(ls, "_compiled", broken)
     with pytest.raises(ConfigError, match="unset PRIVBENCH_COMPILE"):
+        stats_from_logits(torch.randn(1, 3, 16), torch.zeros(1, 3, dtype=torch.long))
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(ls, "_compiled", out_of_memory)  # not a compile failure: the batch back-off must see it
+    with pytest.raises(torch.OutOfMemoryError):
         stats_from_logits(torch.randn(1, 3, 16), torch.zeros(1, 3, dtype=torch.long))
 
 
