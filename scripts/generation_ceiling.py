@@ -128,9 +128,12 @@ def thread_layouts(generate, enc: list[list[int]], groups: list[list[int]], alon
 
     def side_by_side(jobs: list[list[int]]) -> tuple[list, float]:
         out: list = [None] * len(jobs)
-        half = [[], []]
+        half: list[list[int]] = [[], []]
+        rows = [0, 0]
         for i in sorted(range(len(jobs)), key=lambda i: -len(jobs[i])):  # balance rows between the two workers
-            half[int(sum(len(jobs[j]) for j in half[1]) < sum(len(jobs[j]) for j in half[0]))].append(i)
+            k = int(rows[1] < rows[0])
+            half[k].append(i)
+            rows[k] += len(jobs[i])
 
         def work(mine: list[int]) -> None:
             for i in mine:
