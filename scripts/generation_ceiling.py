@@ -32,37 +32,16 @@ def main() -> None:
     ap.add_argument("--thread-layouts", action="store_true")
     a = ap.parse_args()
 
-    from bench.device import set_threads, tune_allocator
+    from bench.device import tune_allocator
     from bench.lm import GREEDY_TIE_MARGIN
-    from bench.modeling import load_model
-    from tasks.names2ids import DEFAULT_LOCALES, PROMPT, make_people
+    from greedy_probe import agreement, greedy, load_probe
 
-    set_threads()
+    model, tok, enc = load_probe(a.model_dir, a.prompts)
     tune_allocator()
-    model, tok = load_model(a.model_dir, device=torch.device("cpu"))
-    model.eval()
-    prompts = [PROMPT.format(name=p["name"]) for p in make_people(a.prompts, DEFAULT_LOCALES, 11)]
-    enc = [tok(p)["input_ids"] for p in prompts]
     n = len(enc)
-    eos = model.generation_config.eos_token_id
-    eos = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
-    pad = tok.pad_token_id if tok.pad_token_id is not None else 0
 
-    def cut(row: list[int]) -> list[int]:
-        stop = next((j for j, t in enumerate(row) if t in eos), None)
-        return row if stop is None else row[:stop + 1]
-
-    @torch.no_grad()
     def generate(rows: list[list[int]]) -> tuple[list[list[int]], torch.Tensor]:
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), pad)
-        mask = torch.zeros_like(ids)
-        for i, r in enumerate(rows):
-            ids[i, width - len(r):] = torch.tensor(r)
-            mask[i, width - len(r):] = 1
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=a.new_tokens, do_sample=False,
-                             pad_token_id=pad, output_scores=True, return_dict_in_generate=True)
-        return [cut(s) for s in out.sequences[:, width:].tolist()], torch.stack(out.scores, 1).float()
+        return greedy(model, tok, rows, a.new_tokens)
 
     t0 = time.perf_counter()
     alone = [generate([e]) for e in enc]
@@ -81,11 +60,8 @@ def main() -> None:
         differ, shift, back = 0, 0.0, 0
         for i in range(n):
             seq, scores = got[i]
-            ref, ref_scores = alone[i][0][0], alone[i][1][0]
-            differ += seq != ref
-            agree = next((k for k in range(min(len(seq), len(ref))) if seq[k] != ref[k]), min(len(seq), len(ref)))
-            if agree:
-                shift = max(shift, float((scores[:agree] - ref_scores[:agree]).abs().max()))
+            differs, step_shift = agreement(seq, scores, alone[i][0][0], alone[i][1][0])
+            differ, shift = differ + differs, max(shift, step_shift)
             top = scores[:len(seq)].topk(2, -1).values
             back += float((top[:, 0] - top[:, 1]).min()) < GREEDY_TIE_MARGIN
         print(f"  {name}: {n / seconds:.1f} prompts/s; continuations that differ from alone: {differ}; largest logit "
@@ -126,6 +102,8 @@ def thread_layouts(generate, enc: list[list[int]], groups: list[list[int]], alon
     the logits are the same bits."""
     import threading
 
+    from greedy_probe import agreement
+
     def side_by_side(jobs: list[list[int]]) -> tuple[list, float]:
         out: list = [None] * len(jobs)
         half: list[list[int]] = [[], []]
@@ -163,11 +141,8 @@ def thread_layouts(generate, enc: list[list[int]], groups: list[list[int]], alon
         torch.set_num_threads(threads)
     differ, shift = 0, 0.0
     for (seq, scores), (ref, ref_scores) in zip(one, alone):
-        seq, ref = seq[0], ref[0]
-        differ += seq != ref
-        agree = next((k for k in range(min(len(seq), len(ref))) if seq[k] != ref[k]), min(len(seq), len(ref)))
-        if agree:
-            shift = max(shift, float((scores[0, :agree] - ref_scores[0, :agree]).abs().max()))
+        differs, step_shift = agreement(seq[0], scores[0], ref[0], ref_scores[0])
+        differ, shift = differ + differs, max(shift, step_shift)
     print(f"  alone on 1 thread: {t_one / n:.3f} s/row; continuations that differ from {threads} threads: {differ}; "
           f"largest logit difference while they agree {shift:.2e}")
     print(f"  alone, two 1-thread workers: {t_pair / n:.3f} s/row; logits as 1 thread alone, bit for bit: "

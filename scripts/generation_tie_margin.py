@@ -27,59 +27,42 @@ def main() -> None:
     ap.add_argument("--new-tokens", type=int, default=11)
     a = ap.parse_args()
 
-    from bench.device import set_threads
     from bench.lm import GREEDY_TIE_MARGIN
-    from bench.modeling import load_model
-    from tasks.names2ids import DEFAULT_LOCALES, PROMPT, make_people
+    from greedy_probe import greedy, load_probe
 
-    set_threads()
-    model, tok = load_model(a.model_dir, device=torch.device("cpu"))
-    model.eval()
-    prompts = [PROMPT.format(name=p["name"]) for p in make_people(a.prompts, DEFAULT_LOCALES, 11)]
+    model, tok, enc = load_probe(a.model_dir, a.prompts)
     by_length: dict[int, list[list[int]]] = defaultdict(list)
-    for p in prompts:
-        ids = tok(p)["input_ids"]
+    for ids in enc:
         by_length[len(ids)].append(ids)
 
-    @torch.no_grad()
-    def generate(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        out = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=a.new_tokens,
-                             do_sample=False, pad_token_id=tok.pad_token_id, output_scores=True,
-                             return_dict_in_generate=True)
-        return out.sequences, torch.stack(out.scores, 1).float()  # rows × steps × vocabulary
-
-    eos = model.generation_config.eos_token_id
-    eos = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
     worst, differ, gaps, sent_back, t_batched, t_alone = 0.0, 0, [], 0, 0.0, 0.0
     for length, group in sorted(by_length.items()):
-        ids = torch.tensor(group)
         t0 = time.perf_counter()
-        seq_batched, scores_batched = generate(ids)
+        seq_batched, scores_batched = greedy(model, tok, group, a.new_tokens)
         t_batched += time.perf_counter() - t0
         if len(group) > 1:  # the fallback's test: a batched row's smallest top-two gap up to its first EOS
             top = scores_batched.topk(2, dim=-1).values
             row_gaps = top[..., 0] - top[..., 1]
-            for r, row in enumerate(seq_batched[:, length:].tolist()):
-                stop = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
-                sent_back += int(float(row_gaps[r, :stop].min()) < GREEDY_TIE_MARGIN)
+            for r, row in enumerate(seq_batched):
+                sent_back += int(float(row_gaps[r, :len(row)].min()) < GREEDY_TIE_MARGIN)
         for r in range(len(group)):
             t0 = time.perf_counter()
-            seq_alone, scores_alone = generate(ids[r:r + 1])
+            seq_alone, scores_alone = greedy(model, tok, group[r:r + 1], a.new_tokens)
             t_alone += time.perf_counter() - t0
             for t in range(scores_alone.shape[1]):
                 worst = max(worst, float((scores_batched[r, t] - scores_alone[0, t]).abs().max()))
                 top = scores_alone[0, t].topk(2).values
                 gaps.append(float(top[0] - top[1]))
-                if seq_batched[r, length + t] != seq_alone[0, length + t]:
+                if t >= len(seq_batched[r]) or seq_batched[r][t] != seq_alone[0][t]:
                     differ += 1
                     break
     g = torch.tensor(gaps)
-    print(f"{a.model_dir}: {len(prompts)} prompts of {len(by_length)} lengths, {a.new_tokens} new tokens, "
+    print(f"{a.model_dir}: {len(enc)} prompts of {len(by_length)} lengths, {a.new_tokens} new tokens, "
           f"{torch.get_num_threads()} threads")
     print(f"  batching moved a step's logits by at most {worst:.2e} (GREEDY_TIE_MARGIN = {GREEDY_TIE_MARGIN:g}); "
-          f"continuations that differ: {differ} of {len(prompts)}")
-    print(f"  batched: {len(prompts) / t_batched:.1f} prompts/s; one row alone: {t_alone / len(prompts):.2f} s; rows "
-          f"the fallback sends back: {sent_back} of {len(prompts)} (about {sent_back * t_alone / len(prompts):.0f} s)")
+          f"continuations that differ: {differ} of {len(enc)}")
+    print(f"  batched: {len(enc) / t_batched:.1f} prompts/s; one row alone: {t_alone / len(enc):.2f} s; rows "
+          f"the fallback sends back: {sent_back} of {len(enc)} (about {sent_back * t_alone / len(enc):.0f} s)")
     for m in (1e-5, 1e-4, 1e-3, 1e-2):
         print(f"  steps with a top-two gap under {m:g}: {int((g < m).sum())} of {len(g)}")
 
