@@ -395,35 +395,32 @@ class HFLanguageModel(LanguageModel):
         """Greedy continuations, cached by (fingerprint, prompt, length) in the signal cache, so a rerun or another
         attack generates nothing twice.
 
-        Prompts of the same token length are generated together (as many as :data:`GENERATE_BATCH_FACTOR` times the
-        scoring batch's tokens allow): a batch of equal lengths needs no padding, attention mask or position
-        shift, so each continuation is the one an unbatched call gives (on the CPU, 265 prompts of 12 lengths gave
-        the same 265 texts batched and one by one, 10.9× faster; tests/test_generation_batched.py). A sequence that ends early is padded with the pad
-        token, and each row is cut after its first EOS, so the padding never shows.
+        Prompts are sorted by token length and generated together in left-padded batches (as many rows as
+        :data:`GENERATE_BATCH_FACTOR` times the scoring batch's tokens allow at the batch's longest prompt; sorting
+        keeps the padding to a token or two per row). A sequence that ends early is padded with the pad token, and
+        each row is cut after its first EOS, so the padding never shows.
 
-        A batch of one row (an unbatched call) and of many rows use different kernels, which move fp32 logits by
-        about 1e-5; only a step whose top two logits are that close can pick another token. So a batched row whose
+        A batch of one row (an unbatched call) and of many rows use different kernels, and a left-padded row sums
+        its attention over masked positions too; both move fp32 logits by up to about 2e-4 (docs/benchmarks.md),
+        and only a step whose top two logits are that close can pick another token. So a batched row whose
         top-1/top-2 gap falls below :data:`GREEDY_TIE_MARGIN` at any of its steps is generated again on its own,
-        and the continuation is the one-prompt-at-a-time one whatever the batch size. Under bf16 autocast (opt-in,
-        CUDA) rounding is coarser than the margin, so there a near-tied choice may still flip
-        (docs/determinism.md)."""
+        and the continuation is the one-prompt-at-a-time one whatever the batch size or its neighbours' lengths
+        (tests/test_generation_batched.py). Under bf16 autocast (opt-in, CUDA) rounding is coarser than the margin,
+        so there a near-tied choice may still flip (docs/determinism.md)."""
         keys = [content_hash(text_hash(p), max_new_tokens) for p in prompts]
         have = self._cache.lookup_generations(self.fingerprint, keys)
         todo: dict[str, list[int]] = {}
         for p, k in zip(prompts, keys):
             if k not in have and k not in todo:
                 todo[k] = self.encode(p)
-        by_length: dict[int, list[str]] = {}
-        for k, ids in todo.items():
-            by_length.setdefault(len(ids), []).append(k)
+        order = sorted(todo, key=lambda k: len(todo[k]))  # stable: equal lengths keep the prompts' order
         new: dict[str, str] = {}
         bar = tqdm(total=len(todo), desc="generating", unit="prompt", disable=not self.progress or len(todo) < 8)
         from bench.device import run_with_oom_backoff
-        for length in sorted(by_length):
-            group = by_length[length]
-            run_with_oom_backoff(lambda bs: self._generate_group(group, todo, length, max_new_tokens, bs, new, bar),
-                                 self._generation_rows(length, max_new_tokens), self.device,
-                                 on_shrink=self._remember_generation_rows)
+        for batch in self._length_sorted_batches(order, todo, max_new_tokens):
+            def run(bs: int, batch: list[str] = batch) -> None:
+                self._generate_batch(batch, todo, max_new_tokens, bs, new, bar)
+            run_with_oom_backoff(run, len(batch), self.device, on_shrink=self._remember_generation_rows)
         bar.close()
         self._cache.add_generations(self.fingerprint, new)
         have.update(new)
@@ -436,36 +433,52 @@ class HFLanguageModel(LanguageModel):
                    // (length + max_new_tokens))
         return min(rows, self._generation_cap) if self._generation_cap is not None else rows
 
+    def _length_sorted_batches(self, order: list[str], encoded: dict[str, list[int]], max_new_tokens: int
+                               ) -> list[list[str]]:
+        """``order`` (keys sorted by prompt length) cut into consecutive batches, each as long as the token budget
+        allows at its longest (last) prompt."""
+        batches: list[list[str]] = []
+        for k in order:
+            if batches and len(batches[-1]) < self._generation_rows(len(encoded[k]), max_new_tokens):
+                batches[-1].append(k)
+            else:
+                batches.append([k])
+        return batches
+
     def _remember_generation_rows(self, rows: int) -> None:
-        """A generation batch of ``rows`` was the largest that fitted (CUDA only): later groups start there."""
+        """A generation batch of ``rows`` was the largest that fitted (CUDA only): later batches start there."""
         self._generation_cap = rows
 
-    def _generate_group(self, group: list[str], encoded: dict[str, list[int]], length: int, max_new_tokens: int,
+    def _generate_batch(self, batch: list[str], encoded: dict[str, list[int]], max_new_tokens: int,
                         batch_size: int, out: dict[str, str], bar) -> None:
-        """Greedy continuations of equal-length prompts ``group`` (keys into ``encoded``), ``batch_size`` at a time;
-        a batch already in ``out`` (before an out-of-memory retry) is not generated again."""
+        """Greedy continuations of the prompts ``batch`` (keys into ``encoded``), ``batch_size`` rows at a time;
+        rows already in ``out`` (before an out-of-memory retry) are not generated again."""
         eos = self._eos_ids()
-        for start in range(0, len(group), batch_size):
-            chunk = [k for k in group[start:start + batch_size] if k not in out]
+        for start in range(0, len(batch), batch_size):
+            chunk = [k for k in batch[start:start + batch_size] if k not in out]
             if not chunk:
                 continue
-            ids = torch.tensor([encoded[k] for k in chunk], device=self.device)
+            ids, mask, _ = left_padded([encoded[k] for k in chunk], self._tok.pad_token_id, self.device)
             gaps = _TopTwoGap() if len(chunk) > 1 else None
-            gen = self._greedy(ids, max_new_tokens, gaps)
+            gen = self._greedy(ids, mask, max_new_tokens, gaps)
             gap = torch.stack(gaps.steps, 1).cpu() if gaps is not None and gaps.steps else None
-            for r, (row, k) in enumerate(zip(gen[:, length:].tolist(), chunk)):
+            width = ids.shape[1]
+            for r, (row, k) in enumerate(zip(gen[:, width:].tolist(), chunk)):
                 stop = next((j for j, t in enumerate(row) if t in eos), None)
                 row = row if stop is None else row[:stop + 1]
                 if gap is not None and row and float(gap[r, :len(row)].min()) < GREEDY_TIE_MARGIN:
-                    row = self._greedy(ids[r:r + 1], max_new_tokens)[0, length:].tolist()  # batching could flip it
+                    alone = torch.tensor([encoded[k]], device=self.device)  # batching could flip it
+                    row = self._greedy(alone, torch.ones_like(alone), max_new_tokens)[0, alone.shape[1]:].tolist()
                 out[k] = self._tok.decode(row, skip_special_tokens=True)
             bar.update(len(chunk))
 
-    def _greedy(self, ids: torch.Tensor, max_new_tokens: int, gaps: _TopTwoGap | None = None) -> torch.Tensor:
-        """Hugging Face greedy generation from equal-length ``ids`` (no padding), optionally recording the gaps."""
+    def _greedy(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int,
+                gaps: _TopTwoGap | None = None) -> torch.Tensor:
+        """Hugging Face greedy generation from left-padded ``ids`` and their attention ``mask`` (the model derives
+        each row's position ids from it), optionally recording the top-two gaps."""
         from transformers import LogitsProcessorList
         with self._autocast():
-            return self._model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+            return self._model.generate(input_ids=ids, attention_mask=mask,
                                         max_new_tokens=max_new_tokens, do_sample=False,
                                         pad_token_id=self._tok.pad_token_id,
                                         logits_processor=LogitsProcessorList([gaps] if gaps is not None else []))

@@ -1,6 +1,6 @@
 """Batched greedy generation (``HFLanguageModel.generate``) returns, for every prompt, the text Hugging Face's
-``generate`` gives for that prompt alone: prompts of mixed lengths, duplicates, continuations that stop at EOS,
-and any batch size."""
+``generate`` gives for that prompt alone: prompts of mixed lengths (in one left-padded batch or several),
+duplicates, continuations that stop at EOS, and any batch size."""
 
 from __future__ import annotations
 
@@ -56,6 +56,26 @@ def test_batched_generation_equals_one_prompt_at_a_time(model_and_tok, batch_siz
     assert len({len(tok(p)["input_ids"]) for p in prompts}) >= 5  # several length groups
     # some continuation stopped at EOS before NEW tokens (its batch neighbours went on): padding was dropped
     assert any(len(tok(g, add_special_tokens=False)["input_ids"]) < NEW - 2 for g in want)
+
+
+def test_prompts_of_different_lengths_share_a_left_padded_batch(model_and_tok, monkeypatch):
+    """Length-sorted batches mix prompt lengths (the shorter rows left-padded, their positions taken from the
+    mask), and every continuation is still the one the prompt gets alone."""
+    model, tok, corpus = model_and_tok
+    prompts = [" ".join(t.split()[: 1 + i % 9]) for i, t in enumerate(corpus[100:160])]
+    padded_rows: list[int] = []
+    generate = model.generate
+
+    def watch(**kw):
+        padded_rows.append(int((kw["attention_mask"] == 0).any(dim=1).sum()))
+        return generate(**kw)
+    monkeypatch.setattr(model, "generate", watch)
+    got = HFLanguageModel(model, tok, fingerprint="mixed", max_length=MAX_LEN, batch_size=64,
+                          cache=SignalCache(None)).generate(prompts, NEW)
+    monkeypatch.setattr(model, "generate", generate)
+    assert got == [_alone(model, tok, p) for p in prompts]
+    assert len({len(tok(p)["input_ids"]) for p in prompts}) >= 5
+    assert padded_rows[0] > 0  # the first batch held several lengths: its shorter rows were padded
 
 
 def test_generations_are_cached_and_not_recomputed(model_and_tok, tmp_path):
