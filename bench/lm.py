@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +60,18 @@ def left_padded(seqs: list[list[int]], pad: int, device: torch.device
         mask[r, width - len(s):] = 1
     pos = (mask.cumsum(-1) - 1).clamp_min(0)
     return ids.to(device), mask.to(device), pos.to(device)
+
+
+def length_sorted_batches(lengths: Sequence[int], rows_at: Callable[[int], int]) -> list[list[int]]:
+    """Indices into ``lengths``, sorted by length (stable, so equal lengths keep their order) and cut into
+    consecutive batches, each holding as many rows as ``rows_at(length)`` allows at its longest (last) entry."""
+    batches: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if batches and len(batches[-1]) < max(1, rows_at(lengths[i])):
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
 
 
 def signals_from_logprobs(logp: torch.Tensor, tgt: torch.Tensor, spans: Sequence[slice]) -> list[TokenSignals]:
@@ -403,9 +415,11 @@ class HFLanguageModel(LanguageModel):
         A batch of one row (an unbatched call) and of many rows use different kernels, and a left-padded row sums
         its attention over masked positions too; both move fp32 logits by up to about 2e-4 (docs/benchmarks.md),
         and only a step whose top two logits are that close can pick another token. So a batched row whose
-        top-1/top-2 gap falls below :data:`GREEDY_TIE_MARGIN` at any of its steps is generated again on its own,
-        and the continuation is the one-prompt-at-a-time one whatever the batch size or its neighbours' lengths
-        (tests/test_generation_batched.py). Under bf16 autocast (opt-in, CUDA) rounding is coarser than the margin,
+        top-1/top-2 gap falls below :data:`GREEDY_TIE_MARGIN` at some step (a close call) is generated again on its
+        own through its last close call, and the continuation is the one-prompt-at-a-time one whatever the batch
+        size or its neighbours' lengths (tests/test_generation_batched.py). Where the prompt alone agrees with the
+        batched row through that step, the batched row's later steps stand, exactly as every step of a row without
+        a close call stands; where it picks another token, it goes on alone to the end. Under bf16 autocast (opt-in, CUDA) rounding is coarser than the margin,
         so there a near-tied choice may still flip (docs/determinism.md)."""
         keys = [content_hash(text_hash(p), max_new_tokens) for p in prompts]
         have = self._cache.lookup_generations(self.fingerprint, keys)
@@ -413,11 +427,13 @@ class HFLanguageModel(LanguageModel):
         for p, k in zip(prompts, keys):
             if k not in have and k not in todo:
                 todo[k] = self.encode(p)
-        order = sorted(todo, key=lambda k: len(todo[k]))  # stable: equal lengths keep the prompts' order
+        pending = list(todo)
+        batches = length_sorted_batches([len(todo[k]) for k in pending],
+                                        lambda length: self._generation_rows(length, max_new_tokens))
         new: dict[str, str] = {}
         bar = tqdm(total=len(todo), desc="generating", unit="prompt", disable=not self.progress or len(todo) < 8)
         from bench.device import run_with_oom_backoff
-        for batch in self._length_sorted_batches(order, todo, max_new_tokens):
+        for batch in ([pending[i] for i in b] for b in batches):
             def run(bs: int, batch: list[str] = batch) -> None:
                 self._generate_batch(batch, todo, max_new_tokens, bs, new, bar)
             run_with_oom_backoff(run, len(batch), self.device, on_shrink=self._remember_generation_rows)
@@ -432,18 +448,6 @@ class HFLanguageModel(LanguageModel):
         rows = max(1, GENERATE_BATCH_FACTOR * max(int(self.batch_size), 1) * self.max_length
                    // (length + max_new_tokens))
         return min(rows, self._generation_cap) if self._generation_cap is not None else rows
-
-    def _length_sorted_batches(self, order: list[str], encoded: dict[str, list[int]], max_new_tokens: int
-                               ) -> list[list[str]]:
-        """``order`` (keys sorted by prompt length) cut into consecutive batches, each as long as the token budget
-        allows at its longest (last) prompt."""
-        batches: list[list[str]] = []
-        for k in order:
-            if batches and len(batches[-1]) < self._generation_rows(len(encoded[k]), max_new_tokens):
-                batches[-1].append(k)
-            else:
-                batches.append([k])
-        return batches
 
     def _remember_generation_rows(self, rows: int) -> None:
         """A generation batch of ``rows`` was the largest that fitted (CUDA only): later batches start there."""
@@ -466,22 +470,34 @@ class HFLanguageModel(LanguageModel):
             for r, (row, k) in enumerate(zip(gen[:, width:].tolist(), chunk)):
                 stop = next((j for j, t in enumerate(row) if t in eos), None)
                 row = row if stop is None else row[:stop + 1]
-                if gap is not None and row and float(gap[r, :len(row)].min()) < GREEDY_TIE_MARGIN:
-                    alone = torch.tensor([encoded[k]], device=self.device)  # batching could flip it
-                    row = self._greedy(alone, torch.ones_like(alone), max_new_tokens)[0, alone.shape[1]:].tolist()
+                close = (gap[r, :len(row)] < GREEDY_TIE_MARGIN).nonzero() if gap is not None and row else []
+                if len(close):  # batching could flip a close call: the prompt alone decides
+                    row = self._decide_alone(encoded[k], row, int(close[-1]), max_new_tokens)
                 out[k] = self._tok.decode(row, skip_special_tokens=True)
             bar.update(len(chunk))
 
+    def _decide_alone(self, prompt: list[int], batched: list[int], last_close: int, max_new_tokens: int
+                      ) -> list[int]:
+        """The continuation of ``prompt`` generated on its own through step ``last_close``, the batched row's last
+        close call: where the two agree up to there, the batched row's later steps stand (each cleared the margin,
+        as every step of a row that never went back did); where the prompt alone picked another token, it goes on
+        alone to the end."""
+        ids = torch.tensor([prompt], device=self.device)
+        alone = self._greedy(ids, torch.ones_like(ids), max_new_tokens,
+                             stop=_AgreesThrough(batched, last_close, ids.shape[1]))[0, ids.shape[1]:].tolist()
+        return batched if alone == batched[:len(alone)] else alone
+
     def _greedy(self, ids: torch.Tensor, mask: torch.Tensor, max_new_tokens: int,
-                gaps: _TopTwoGap | None = None) -> torch.Tensor:
+                gaps: _TopTwoGap | None = None, stop=None) -> torch.Tensor:
         """Hugging Face greedy generation from left-padded ``ids`` and their attention ``mask`` (the model derives
-        each row's position ids from it), optionally recording the top-two gaps."""
-        from transformers import LogitsProcessorList
+        each row's position ids from it), optionally recording the top-two gaps or with a stopping criterion."""
+        from transformers import LogitsProcessorList, StoppingCriteriaList
         with self._autocast():
             return self._model.generate(input_ids=ids, attention_mask=mask,
                                         max_new_tokens=max_new_tokens, do_sample=False,
                                         pad_token_id=self._tok.pad_token_id,
-                                        logits_processor=LogitsProcessorList([gaps] if gaps is not None else []))
+                                        logits_processor=LogitsProcessorList([gaps] if gaps is not None else []),
+                                        stopping_criteria=StoppingCriteriaList([stop] if stop is not None else []))
 
     def _eos_ids(self) -> set[int]:
         """The token ids that end a greedy continuation (the model's generation config, as ``generate`` uses)."""
@@ -513,6 +529,19 @@ class _TopTwoGap:
         top = scores.topk(2, dim=-1).values.float()
         self.steps.append(top[:, 0] - top[:, 1])
         return scores
+
+
+class _AgreesThrough:
+    """Stopping criterion for a row generated alone: stop once it has passed step ``last_close`` still agreeing
+    with the ``batched`` continuation (then the batched row's remaining steps are the answer)."""
+
+    def __init__(self, batched: list[int], last_close: int, prompt_length: int) -> None:
+        self.batched, self.last_close, self.prompt_length = batched, last_close, prompt_length
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor, **kwargs) -> torch.Tensor:
+        new = input_ids[0, self.prompt_length:].tolist()
+        done = len(new) > self.last_close and new == self.batched[:len(new)]
+        return torch.full((input_ids.shape[0],), done, dtype=torch.bool, device=input_ids.device)
 
 
 class RestrictedModel(LanguageModel):

@@ -1,6 +1,6 @@
-"""How close greedy generation on a saved model runs to the CPU's matrix-multiply ceiling, and whether batching
-prompts of mixed lengths (left-padded) would buy anything over the equal-length batches ``HFLanguageModel.generate``
-uses. Each Names2IDs PII prompt is generated alone (the reference every batched continuation must equal), in
+"""How close greedy generation on a saved model runs to the CPU's matrix-multiply ceiling, and what batching
+prompts of mixed lengths (left-padded, length-sorted, as ``HFLanguageModel.generate`` does) buys over one batch per
+prompt length. Each Names2IDs PII prompt is generated alone (the reference every batched continuation must equal), in
 equal-length batches, and in length-sorted mixed batches of several sizes; the script reports prompts/s, the
 continuations that differ from the alone ones, the largest logit shift, the rows whose batched top-two gap falls
 under ``GREEDY_TIE_MARGIN`` (which the fallback would generate again), the arithmetic rate the equal-length batches
@@ -71,7 +71,7 @@ def main() -> None:
     by_length: dict[int, list[int]] = defaultdict(list)
     for i, e in enumerate(enc):
         by_length[len(e)].append(i)
-    seconds = batched(f"equal-length batches ({len(by_length)} lengths, as generate does)",
+    seconds = batched(f"equal-length batches (one per each of {len(by_length)} lengths)",
                       [g for _, g in sorted(by_length.items())])
     order = sorted(range(n), key=lambda i: len(enc[i]))
     for rows in (64, 128, 256):

@@ -120,6 +120,65 @@ def test_a_near_tie_is_decided_as_an_unbatched_call_decides_it(model_and_tok, mo
     assert max(rows) > 1 and rows.count(1) >= len(set(prompts)) - len({len(tok(p)["input_ids"]) for p in prompts})
 
 
+def _close_call_at_first_step(model, monkeypatch, alone_gap: float, batched_gap: float) -> None:
+    """Make every prompt's first generated step a close call (the runner-up ``alone_gap`` above or below the best
+    when a prompt runs alone, ``batched_gap`` in a batch); later steps are left as the model computes them."""
+    original = model.forward
+
+    def first_step_close(*args, **kw):
+        out = original(*args, **kw)
+        if kw["input_ids"].shape[1] > 1:  # the prompt's pass (every prompt here has 2 or more tokens)
+            last = out.logits[:, -1]
+            top = last.topk(2, dim=-1).indices
+            r = torch.arange(last.shape[0])
+            last[r, top[:, 1]] = last[r, top[:, 0]] + (alone_gap if last.shape[0] == 1 else batched_gap)
+        return out
+    monkeypatch.setattr(model, "forward", first_step_close)
+
+
+def _generate_recording_alone_steps(model, tok, prompts, monkeypatch) -> tuple[list[str], list[int]]:
+    """``HFLanguageModel.generate`` on ``prompts``, and the new tokens of every call that ran one prompt alone."""
+    steps: list[int] = []
+    generate = model.generate
+
+    def watch(**kw):
+        out = generate(**kw)
+        if kw["input_ids"].shape[0] == 1:
+            steps.append(out.shape[1] - kw["input_ids"].shape[1])
+        return out
+    monkeypatch.setattr(model, "generate", watch)
+    got = HFLanguageModel(model, tok, fingerprint=f"close-{len(steps)}-{id(watch)}", max_length=MAX_LEN,
+                          batch_size=64, cache=SignalCache(None)).generate(prompts, NEW)
+    monkeypatch.setattr(model, "generate", generate)
+    return got, steps
+
+
+def test_a_close_call_the_prompt_alone_confirms_stops_the_alone_run_after_it(model_and_tok, monkeypatch):
+    """Only the first step is close and the prompt alone picks the batched token there: the alone run stops after
+    that step and the batched row's later steps stand, which is what the prompt alone gives in full."""
+    model, tok, corpus = model_and_tok
+    prompts = [" ".join(t.split()[: 1 + i % 5]) for i, t in enumerate(corpus[:30])]
+    _close_call_at_first_step(model, monkeypatch, alone_gap=-5e-4, batched_gap=-4e-4)  # the best stays best
+    want = [_alone(model, tok, p) for p in prompts]
+    got, steps = _generate_recording_alone_steps(model, tok, prompts, monkeypatch)
+    assert got == want
+    assert len(steps) == len(set(prompts))  # every row went back (all shared batches: no row ran alone at first)
+    assert max(steps) == 1  # each stopped after the close call
+    assert any(len(tok(w, add_special_tokens=False)["input_ids"]) > 1 for w in want)  # the rest came from batches
+
+
+def test_a_close_call_the_prompt_alone_decides_otherwise_runs_alone_to_the_end(model_and_tok, monkeypatch):
+    """The first step is close and the prompt alone picks the runner-up: it goes on alone to the end, and the
+    continuation is the alone one, not the batched row's."""
+    model, tok, corpus = model_and_tok
+    prompts = [" ".join(t.split()[: 1 + i % 5]) for i, t in enumerate(corpus[:30])]
+    _close_call_at_first_step(model, monkeypatch, alone_gap=1e-5, batched_gap=-1e-5)
+    want = [_alone(model, tok, p) for p in prompts]
+    got, steps = _generate_recording_alone_steps(model, tok, prompts, monkeypatch)
+    assert got == want
+    assert max(steps) > 1
+
+
 class _PadIsAWord:
     """The tokenizer with an ordinary word as its pad token (not a special token, so decoding keeps it)."""
 
