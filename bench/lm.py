@@ -419,8 +419,9 @@ class HFLanguageModel(LanguageModel):
         own through its last close call, and the continuation is the one-prompt-at-a-time one whatever the batch
         size or its neighbours' lengths (tests/test_generation_batched.py). Where the prompt alone agrees with the
         batched row through that step, the batched row's later steps stand, exactly as every step of a row without
-        a close call stands; where it picks another token, it goes on alone to the end. Under bf16 autocast (opt-in, CUDA) rounding is coarser than the margin,
-        so there a near-tied choice may still flip (docs/determinism.md)."""
+        a close call stands; where it picks another token, it goes on alone to the end. Under bf16 autocast
+        (opt-in, CUDA) rounding is coarser than the margin, so there a near-tied choice may still flip
+        (docs/determinism.md)."""
         keys = [content_hash(text_hash(p), max_new_tokens) for p in prompts]
         have = self._cache.lookup_generations(self.fingerprint, keys)
         todo: dict[str, list[int]] = {}
@@ -513,9 +514,9 @@ class HFLanguageModel(LanguageModel):
 GENERATE_BATCH_FACTOR = 4
 
 #: a batched greedy row whose top two logits come closer than this at some step is generated again on its own
-#: (HFLanguageModel.generate): far above fp32 rounding differences between batch shapes (about 1e-5), and small
-#: enough that few rows of a trained model go back (scripts/bench_generation.py reports the largest logit shift
-#: and the rows sent back: nano trained 2 epochs, one CPU thread, shift 0.0, 13 of 256 rows)
+#: through that step (HFLanguageModel.generate): 6× the largest logit shift batching caused on SmolLM2-135M
+#: (1.6e-4, scripts/generation_tie_margin.py), and small enough that few rows of a trained model go back (42 and
+#: 55 of 400 on the realistic track's fine-tuned and LoRA models; nano trained 2 epochs: 13 of 256)
 GREEDY_TIE_MARGIN = 1e-3
 
 

@@ -1,10 +1,11 @@
 """How far batching moves a saved model's greedy-step logits, next to GREEDY_TIE_MARGIN: every prompt is generated
-in the left-padded, length-sorted batch ``HFLanguageModel.generate`` puts it in and on its own, and the script reports the largest logit difference at any step (while
-the two continuations agree), how many continuations differ, and how many steps have a top-two gap under a few
-margins. ``HFLanguageModel.generate`` generates a batched row again alone when its gap falls under the margin, so
-the margin must stay above the shift this reports; the rows it sends back are the cost, which the script also
-reports (batched prompts/s, seconds per row alone, rows whose batched gap falls under the margin). Not a test: run
-it on an otherwise idle machine and record the output in docs/benchmarks.md.
+in the left-padded, length-sorted batch ``HFLanguageModel.generate`` puts it in and on its own, and the script
+reports the largest logit difference at any step (while the two continuations agree), how many continuations
+differ, and how many steps have a top-two gap under a few margins. ``HFLanguageModel.generate`` generates a batched
+row again alone, through its last close call, when its gap falls under the margin, so the margin must stay above
+the shift this reports; the rows it sends back are the cost, which the script also reports (batched prompts/s,
+seconds per row alone, rows whose batched gap falls under the margin, the new tokens their alone runs take). Not a
+test: run it on an otherwise idle machine and record the output in docs/benchmarks.md.
 
     python scripts/generation_tie_margin.py MODEL_DIR [--prompts 150] [--new-tokens 11] [--batch-size 8]
         [--max-length 256]
