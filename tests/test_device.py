@@ -165,23 +165,29 @@ def test_greedy_generations_are_cached_per_prompt_and_survive_a_new_process(tiny
     prompts = [t[:20] for t in texts[:6]]
     lm = HFLanguageModel(model, tok, fingerprint="g", max_length=32, cache=SignalCache(tmp_path))
     first = lm.generate(prompts, 5)
-    calls = []
+    seen: set[tuple[int, ...]] = set()  # every prompt the model was asked to continue (batched or alone)
     original = model.generate
 
     def counting(*a, **k):
-        calls.append(1)
+        for row, mask in zip(k["input_ids"].tolist(), k["attention_mask"].tolist()):
+            seen.add(tuple(t for t, m in zip(row, mask) if m))
         return original(*a, **k)
+
+    def ids(ps: list[str]) -> set[tuple[int, ...]]:
+        return {tuple(lm.encode(p)) for p in ps}
     model.generate = counting
     try:
         again = HFLanguageModel(model, tok, fingerprint="g", max_length=32, cache=SignalCache(tmp_path))
-        assert again.generate(prompts, 5) == first and calls == []            # all from the shards on disk
-        assert again.generate(prompts[:2] + ["a new prompt"], 5)[:2] == first[:2] and len(calls) == 1
-        assert again.generate(prompts[:2], 7) and len(calls) == 3             # another length is another key
+        assert again.generate(prompts, 5) == first and not seen                # all from the shards on disk
+        assert again.generate(prompts[:2] + ["a new prompt"], 5)[:2] == first[:2]
+        assert seen == ids(["a new prompt"])                                   # only the new prompt
+        seen.clear()
+        assert again.generate(prompts[:2], 7) and seen == ids(prompts[:2])    # another length is another key
         for shard in (tmp_path / again.fingerprint).glob("gen-*.json"):
             shard.write_text("{not json")
         fresh = HFLanguageModel(model, tok, fingerprint="g", max_length=32, cache=SignalCache(tmp_path))
-        calls.clear()
-        assert fresh.generate(prompts, 5) == first and len(calls) == len(prompts)
+        seen.clear()
+        assert fresh.generate(prompts, 5) == first and seen == ids(prompts)
     finally:
         model.generate = original
 
