@@ -437,7 +437,8 @@ class HFLanguageModel(LanguageModel):
         for batch in ([pending[i] for i in b] for b in batches):
             def run(bs: int, batch: list[str] = batch) -> None:
                 self._generate_batch(batch, todo, max_new_tokens, bs, new, bar)
-            run_with_oom_backoff(run, len(batch), self.device, on_shrink=self._remember_generation_rows)
+            rows = min(len(batch), self._generation_cap or len(batch))  # a back-off seen earlier holds
+            run_with_oom_backoff(run, rows, self.device, on_shrink=self._remember_generation_rows)
         bar.close()
         self._cache.add_generations(self.fingerprint, new)
         have.update(new)

@@ -92,6 +92,32 @@ def test_backoff_gives_up_at_batch_one():
     assert calls == [4, 2, 1]
 
 
+def test_after_a_generation_back_off_later_batches_start_at_the_rows_that_fitted(tiny, monkeypatch):
+    """Generation batches are cut before any runs; once CUDA out-of-memory errors have halved a batch, the later
+    batches start at the rows that fitted instead of failing again, and the texts are the ones an unlimited run
+    gives."""
+    tok, model, texts = tiny
+    prompts = [" ".join(t.split()[: 1 + i % 4]) for i, t in enumerate(texts[:40])]
+    want = HFLanguageModel(model, tok, fingerprint="free", max_length=32, batch_size=1,
+                           cache=SignalCache(None)).generate(prompts, 5)
+    calls: list[tuple[int, bool]] = []  # (rows, fitted) of every generate call
+    original = model.generate
+
+    def limited(*a, **k):
+        n = k["input_ids"].shape[0]
+        calls.append((n, n <= 4))
+        if n > 4:
+            raise _fake_oom()
+        return original(*a, **k)
+    monkeypatch.setattr(model, "generate", limited)
+    got = HFLanguageModel(model, tok, fingerprint="tight", max_length=32, batch_size=1,
+                          cache=SignalCache(None)).generate(prompts, 5)
+    assert got == want
+    first_fit = next(i for i, (n, fitted) in enumerate(calls) if fitted and n > 1)
+    assert not calls[0][1] and all(fitted for _, fitted in calls[first_fit:])  # the back-off held
+    assert sum(n for n, _ in calls[first_fit:] if n > 1) >= len(set(prompts)) - 1  # rows still ran together
+
+
 def test_release_memory_frees_dropped_models_on_cpu():
     """A dropped model caught in a reference cycle (as a model and its optimizer's hooks often are) is freed."""
     import gc
