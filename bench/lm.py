@@ -62,6 +62,12 @@ def left_padded(seqs: list[list[int]], pad: int, device: torch.device
     return ids.to(device), mask.to(device), pos.to(device)
 
 
+def generation_rows(batch_size: int, max_length: int, length: int, max_new_tokens: int) -> int:
+    """Rows per greedy-generation batch: :data:`GENERATE_BATCH_FACTOR` times a scoring batch's tokens
+    (``batch_size`` × ``max_length``) over the sequence length (prompt plus new tokens)."""
+    return max(1, GENERATE_BATCH_FACTOR * max(int(batch_size), 1) * max_length // (length + max_new_tokens))
+
+
 def length_sorted_batches(lengths: Sequence[int], rows_at: Callable[[int], int]) -> list[list[int]]:
     """Indices into ``lengths``, sorted by length (stable, so equal lengths keep their order) and cut into
     consecutive batches, each holding as many rows as ``rows_at(length)`` allows at its longest (last) entry."""
@@ -445,10 +451,9 @@ class HFLanguageModel(LanguageModel):
         return [have[k] for k in keys]
 
     def _generation_rows(self, length: int, max_new_tokens: int) -> int:
-        """Rows per generation batch: GENERATE_BATCH_FACTOR times the scoring batch's tokens (batch_size ×
-        max_length) over the sequence length, capped by a CUDA out-of-memory back-off seen earlier."""
-        rows = max(1, GENERATE_BATCH_FACTOR * max(int(self.batch_size), 1) * self.max_length
-                   // (length + max_new_tokens))
+        """Rows per generation batch (:func:`generation_rows`), capped by a CUDA out-of-memory back-off seen
+        earlier."""
+        rows = generation_rows(self.batch_size, self.max_length, length, max_new_tokens)
         return min(rows, self._generation_cap) if self._generation_cap is not None else rows
 
     def _remember_generation_rows(self, rows: int) -> None:

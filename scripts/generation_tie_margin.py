@@ -33,12 +33,12 @@ def main() -> None:
     ap.add_argument("--max-length", type=int, default=256)
     a = ap.parse_args()
 
-    from bench.lm import GENERATE_BATCH_FACTOR, GREEDY_TIE_MARGIN, length_sorted_batches
+    from bench.lm import GREEDY_TIE_MARGIN, generation_rows, length_sorted_batches
     from greedy_probe import greedy, load_probe
 
     model, tok, enc = load_probe(a.model_dir, a.prompts)
-    budget = GENERATE_BATCH_FACTOR * a.batch_size * a.max_length
-    batches = length_sorted_batches([len(e) for e in enc], lambda length: budget // (length + a.new_tokens))
+    batches = length_sorted_batches([len(e) for e in enc],
+                                    lambda length: generation_rows(a.batch_size, a.max_length, length, a.new_tokens))
 
     worst, differ, gaps, sent_back, t_batched, t_alone = 0.0, 0, [], 0, 0.0, 0.0
     steps_full = steps_to_close = 0
