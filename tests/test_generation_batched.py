@@ -147,7 +147,7 @@ def _generate_recording_alone_steps(model, tok, prompts, monkeypatch) -> tuple[l
             steps.append(out.shape[1] - kw["input_ids"].shape[1])
         return out
     monkeypatch.setattr(model, "generate", watch)
-    got = HFLanguageModel(model, tok, fingerprint=f"close-{len(steps)}-{id(watch)}", max_length=MAX_LEN,
+    got = HFLanguageModel(model, tok, fingerprint="close", max_length=MAX_LEN,
                           batch_size=64, cache=SignalCache(None)).generate(prompts, NEW)
     monkeypatch.setattr(model, "generate", generate)
     return got, steps
