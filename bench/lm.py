@@ -556,8 +556,8 @@ class RestrictedModel(LanguageModel):
 
     It holds the wrapped model in a closure, not an attribute, so the handle has
     no attribute leading to weights or training data, and it never holds labels.
-    (In-process Python is not a security boundary: `privbench submit` runs
-    untrusted plugins in a separate, sandboxed process.)
+    (In-process Python is not a security boundary: `privbench submit` runs a
+    submitted defense in worker processes apart from the labels; docs/attacks.md.)
     """
 
     __slots__ = ("fingerprint", "capabilities", "_call", "role")

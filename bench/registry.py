@@ -31,6 +31,16 @@ BUILTIN_MODULES = {
 ENTRY_POINT_GROUPS = {"attack": "privbench.attacks", "defense": "privbench.defenses", "task": "privbench.tasks"}
 
 
+#: whether registries load installed entry points (a submission's runner loads none: bench/plugin_worker.py)
+_ENTRY_POINTS = [True]
+
+
+def builtins_only() -> None:
+    """Load no installed plugin in this process, before any registry is first read: the runner of a submission
+    must not import third-party code, the submitted plugin included (it runs in workers of its own)."""
+    _ENTRY_POINTS[0] = False
+
+
 class Registry(Generic[T]):
     """Name → plugin class, for one kind of plugin."""
 
@@ -71,6 +81,8 @@ class Registry(Generic[T]):
         self._loaded = True
         for module in BUILTIN_MODULES.get(self.kind, []):
             importlib.import_module(module)
+        if not _ENTRY_POINTS[0]:
+            return
         for ep in entry_points(group=ENTRY_POINT_GROUPS[self.kind]):
             try:
                 obj = ep.load()

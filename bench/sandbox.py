@@ -42,7 +42,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -64,6 +64,10 @@ PATH_EVENTS: dict[str, tuple[int, ...]] = {
     "os.link": (0, 1), "os.mkfifo": (0,), "os.mknod": (0,), "shutil.move": (0, 1), "os.setxattr": (0,),
     "os.removexattr": (0,),
 }
+WRITE_HINT = ("write only under the working directory (the artifact cache is read-only: new artifacts go to the "
+              "sandbox's cache overlay)")
+WORKER_WRITE_HINT = ("a defense's worker writes only in its own working directory; its model goes back to privbench "
+                     "through adapt's return value")
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 
 
@@ -273,14 +277,21 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 # ------------------------------------------------------------------------------------------- in the child
 
-def install_guard(allowed_dirs: list[str | Path], report_path: str | Path) -> None:
+def install_guard(allowed_dirs: list[str | Path], report_path: str | Path, *,
+                  unreadable: Sequence[str | Path] = (), other_processes: bool = True,
+                  may_spawn: Callable[[tuple], bool] | None = None,
+                  write_hint: str = WRITE_HINT) -> None:
     """Install the audit hook that refuses network, process creation and writes outside ``allowed_dirs``.
 
     Call it in the child after trusted imports and before importing the plugin. A refused event writes
     ``{"event", "message"}`` to ``report_path`` (opened now, before the hook exists) and exits the child with
-    :data:`VIOLATION_EXIT`.
+    :data:`VIOLATION_EXIT`. ``unreadable`` directories (outside ``allowed_dirs``) may not be opened, listed or
+    connected to as databases either; ``other_processes=False`` refuses every ``/proc/<pid>`` but the process's
+    own. ``may_spawn(args)`` lets trusted code start the one program it names (``subprocess.Popen`` events only).
     """
     roots = tuple(os.path.realpath(os.fspath(d)) for d in allowed_dirs) + ("/dev/null",)
+    hidden = tuple(os.path.realpath(os.fspath(d)) for d in unreadable)
+    own_proc = f"/proc/{os.getpid()}"
     report_fd = os.open(os.fspath(report_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     sys.dont_write_bytecode = True
     busy = [False]  # realpath itself raises no audit events, but never recurse
@@ -296,6 +307,30 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path) -> No
             return True
         real = os.path.realpath(path)
         return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
+
+    def under(real: str, dirs: tuple[str, ...]) -> bool:
+        return any(real == r or real.startswith(r.rstrip("/") + "/") for r in dirs)
+
+    def hidden_path(path: Any) -> str | None:
+        """The path if reading it is refused (a hidden directory, or another process's /proc entry), else None."""
+        if isinstance(path, int) or path is None:
+            return None
+        if isinstance(path, bytes):
+            path = os.fsdecode(path)
+        if isinstance(path, os.PathLike):
+            path = os.fspath(path)
+        if not isinstance(path, str):
+            return None
+        real = os.path.realpath(path)
+        if under(real, roots):
+            return None
+        if under(real, hidden):
+            return path
+        if not other_processes:
+            parts = real.split("/")
+            if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and not under(real, (own_proc,)):
+                return path
+        return None
 
     def refuse(event: str, message: str) -> None:
         body = json.dumps({"event": event, "message": message}).encode()
@@ -318,6 +353,8 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path) -> No
             refuse(event, f"network access refused ({event} {target!r}): plugins run without network; "
                           f"ship data with the plugin or load it from the task")
         elif event in PROCESS_EVENTS:
+            if may_spawn is not None and event == "subprocess.Popen" and may_spawn(tuple(args)):
+                return
             what = args[0] if args else ""
             refuse(event, f"process creation refused ({event} {what!r}): plugins may not start programs; "
                           f"do the work in Python inside the plugin")
@@ -333,8 +370,25 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path) -> No
                     busy[0] = False
                 if not ok:
                     refuse(event, f"write outside the sandbox refused (open {path!r} mode {mode or flags!r}): "
-                                  f"write only under the working directory (the artifact cache is read-only: "
-                                  f"new artifacts go to the sandbox's cache overlay)")
+                                  f"{write_hint}")
+            elif hidden or not other_processes:
+                busy[0] = True
+                try:
+                    bad = hidden_path(path)
+                finally:
+                    busy[0] = False
+                if bad is not None:
+                    refuse(event, f"read of the runner's files refused (open {bad!r}): a plugin reads only what "
+                                  f"its contract hands it and its own working directory")
+        elif event in ("os.listdir", "os.scandir", "sqlite3.connect") and (hidden or not other_processes):
+            busy[0] = True
+            try:
+                bad = hidden_path(args[0] if args else None)
+            finally:
+                busy[0] = False
+            if bad is not None:
+                refuse(event, f"read of the runner's files refused ({event} {bad!r}): a plugin reads only what "
+                              f"its contract hands it and its own working directory")
         elif event in PATH_EVENTS:
             busy[0] = True
             try:
@@ -343,8 +397,7 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path) -> No
                 busy[0] = False
             if bad:
                 refuse(event, f"filesystem change outside the sandbox refused ({event} {bad[0]!r}): "
-                              f"write only under the working directory (the artifact cache is read-only: "
-                              f"new artifacts go to the sandbox's cache overlay)")
+                              f"{write_hint}")
 
     sys.addaudithook(hook)
 
@@ -357,10 +410,11 @@ TRUSTED_PRELOAD = ("torch", "transformers", "urllib3", "requests", "accelerate",
                    "tokenizers", "bench.runner", "bench.metrics", "bench.training")
 
 
-def arm_sandbox(box: Path, violation_path: Path) -> dict:
+def arm_sandbox(box: Path, violation_path: Path, **guard: Any) -> dict:
     """In a submission child, before the plugin is imported: trusted imports, registries loaded, hardware read
     (``platform.processor()`` runs ``uname``), then the guard armed for ``box`` alone: the child's cache overlay
-    is inside it, and the shared artifact cache is read-only (:class:`bench.cache.OverlayCache`).
+    is inside it, and the shared artifact cache is read-only (:class:`bench.cache.OverlayCache`). ``guard`` goes
+    to :func:`install_guard` (a plugin worker's unreadable directories, the child's worker command).
 
     Returns the hardware description, read while that was still allowed."""
     import importlib
@@ -374,5 +428,5 @@ def arm_sandbox(box: Path, violation_path: Path) -> dict:
     for reg in REGISTRIES.values():
         reg.names()
     hardware = hardware_info()
-    install_guard([box], violation_path)
+    install_guard([box], violation_path, **guard)
     return hardware

@@ -4,10 +4,14 @@ The parent process (this module's :func:`submit`) never imports the plugin. It
 hashes the plugin's code, derives a content key for the submission (suite config
 + privbench code version + plugin code hash), and returns at once if that run is
 already complete. Otherwise it starts a child (``python -m bench.submit --child``)
-under :mod:`bench.sandbox` limits. The child installs the audit hook, imports the
-plugin, runs the suite with the suite's defenses replaced by the submitted one
-(or its attacks, for an attack) into a scratch SQLite file inside the sandbox,
-and writes its rows as JSON there. The parent, the single writer of the results
+under :mod:`bench.sandbox` limits. The child installs the audit hook and runs
+the suite with the suite's defenses replaced by the submitted one (or its attacks,
+for an attack) into a scratch SQLite file inside the sandbox, and writes its rows
+as JSON there. A submitted defense is never imported into the child, whose runner
+holds the draw: its code runs in worker processes of its own
+(:mod:`bench.plugin_worker`), and every evaluation runs after every training job,
+so no label is on disk while a worker lives. A submitted attack is imported into
+the child and runs beside the draw (docs/attacks.md, "Open in-process"). The parent, the single writer of the results
 database, validates those rows (shapes, finiteness, AUC recomputed from the
 scores) and stores them; a plugin that crashes, hangs, exceeds a limit or
 breaks the sandbox leaves exactly one row: a failed run carrying the error.
@@ -47,7 +51,7 @@ from typing import Any
 from bench.errors import PluginError, PrivbenchError
 from bench.hashing import code_version, content_hash
 from bench.plugin_ref import PluginRef, resolve_plugin
-from bench.sandbox import FAILURE_EXIT, MEMORY_EXIT, Limits, run_sandboxed
+from bench.sandbox import FAILURE_EXIT, MEMORY_EXIT, VIOLATION_EXIT, Limits, run_sandboxed
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULT_FILE = "result.json"
@@ -303,8 +307,19 @@ def export_rows(store, run_id: int) -> dict:
     return {"evaluations": evs, "utility": list(util.values()), "guarantees": guarantees}
 
 
+def evaluations_last(plan):
+    """``plan`` with every evaluation after every other job, each group in plan order: the labels reach the
+    scratch database only once every job that runs the submitted plugin's code has ended."""
+    from bench.plan import Plan
+    first = {k: j for k, j in plan.jobs.items() if j.kind != "evaluate"}
+    if any(d not in first for j in first.values() for d in j.deps):  # pragma: no cover - a plan bug
+        raise PluginError("a training job of the plan depends on an evaluation: fix bench/plan.py")
+    return Plan({**first, **{k: j for k, j in plan.jobs.items() if j.kind == "evaluate"}})
+
+
 def _child(spec_path: str) -> int:
-    """In the sandbox: trusted imports, then the guard, then the plugin; rows go to result.json."""
+    """In the sandbox: trusted imports, then the guard; a defense in workers (bench/plugin_worker.py), an attack
+    imported here; rows go to result.json."""
     spec = json.loads(Path(spec_path).read_text())
     box = Path(spec["sandbox"])
     draw_secret = sys.stdin.readline().strip() or None  # from the parent's pipe, before any plugin code runs
@@ -318,18 +333,32 @@ def _child(spec_path: str) -> int:
 
     from bench.cache import OverlayCache
     from bench.plugin_ref import PluginRef, load_plugin
+    from bench.plugin_worker import (WorkerSession, WorkerViolation, make_non_dumpable, spawn_allowed,
+                                     worker_defense)
+    from bench.registry import builtins_only, register_defense
     from bench.runner import Runner
-    from bench.sandbox import arm_sandbox
+    from bench.sandbox import arm_sandbox, os_isolation_available
     from bench.store import Store
     from bench.suite import parse_suite
 
     # the shared cache read-only, new artifacts and signal shards into the overlay inside the sandbox
     cache = OverlayCache(spec["cache"], spec["overlay"])
-    hardware = arm_sandbox(box, box / VIOLATION_FILE)  # trusted work first, then the guard (writes: box only)
-
+    make_non_dumpable()  # this process will hold the draw: no /proc/<pid>/mem or ptrace for the plugin's workers
+    nested = os_isolation_available()  # probed now: it starts a program
+    violation = box / VIOLATION_FILE
     plugin = PluginRef(**spec["plugin"])
     try:
-        kind, name, cls = load_plugin(plugin)
+        # the plugin's kind, name and defaults, from a worker: a defense is never imported here
+        with WorkerSession(plugin, box, violation, nested) as w:
+            info = w.info
+        if info["kind"] == "defense":
+            builtins_only()  # no installed plugin, the submitted one included, is imported into this process
+            cls = register_defense(info["name"])(worker_defense(plugin, info, box, violation, nested))
+            hardware = arm_sandbox(box, violation, may_spawn=spawn_allowed(box))
+            kind, name = "defense", info["name"]
+        else:  # an attack still runs in this process, beside the draw (docs/attacks.md, "Open in-process")
+            hardware = arm_sandbox(box, violation)  # trusted work first, then the guard (writes: box only)
+            kind, name, cls = load_plugin(plugin)
         suite = parse_suite(submission_suite(spec["suite_raw"], kind, name, spec["extend"]), path=spec["suite_path"])
 
         class SubmissionRunner(Runner):
@@ -342,6 +371,9 @@ def _child(spec_path: str) -> int:
                 out[f"{kind}:{name}"] = f"{cls.version}+{plugin.code_hash}"
                 return out
 
+            def order_plan(self, plan):
+                return evaluations_last(plan)
+
         store = Store(f"sqlite:///{box / 'scratch.db'}")
         runner = SubmissionRunner(suite, store, cache, quiet=True, draw_secret=draw_secret)
         result = runner.run()
@@ -350,6 +382,8 @@ def _child(spec_path: str) -> int:
                "plugin": {"kind": kind, "name": name, "version": cls.version}, "hardware": hardware,
                **rows})
         return 0
+    except WorkerViolation:  # the worker wrote its report; end as it did
+        return VIOLATION_EXIT
     except MemoryError:
         write({"status": "failed", "error": "memory limit exceeded (MemoryError)"})
         return MEMORY_EXIT

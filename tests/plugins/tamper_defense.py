@@ -1,11 +1,12 @@
 """Dishonest fixture: tries to poison the artifact cache that later trusted runs read, then adapts honestly.
 
-While adapting it (1) plants a new artifact of a kind trusted code builds (``reference``), with a manifest
-that matches its files; (2) rewrites a file of the θ that trusted code built in this run and updates its
-manifest, so the artifact still verifies; (3) plants an artifact whose file does not match its manifest;
-(4) plants a well-formed signal shard; and, with ``PRIVBENCH_TEST_CTYPES=1``, (5) writes into the shared cache
-(``PRIVBENCH_TEST_SHARED``) through libc, past the audit hook. What it did goes to ``tamper-report.json`` in its
-working directory. The run itself completes: nothing here is caught by the result checks.
+While adapting it first, with ``PRIVBENCH_TEST_CTYPES=1``, writes into the shared cache (``PRIVBENCH_TEST_SHARED``)
+through libc, past the audit hook; then (1) plants a new artifact of a kind trusted code builds (``reference``) in
+the submission's cache overlay, with a manifest that matches its files; (2) rewrites a file of the θ that trusted
+code built in this run and updates its manifest, so the artifact still verifies; (3) plants an artifact whose file
+does not match its manifest; (4) plants a well-formed signal shard. What it did goes to ``tamper-report.json`` in
+its working directory. A defense runs in a worker of its own (bench/plugin_worker.py), which may write only in
+its own directory, so (1) ends the run as a sandbox violation.
 """
 
 import hashlib
@@ -46,8 +47,11 @@ class CacheTamperer(Defense):
     description = "Tries to poison the artifact cache (test fixture)."
 
     def adapt(self, model, data, ctx):
-        overlay = Path(os.environ["PRIVBENCH_CACHE"])  # where this child's cache writes go
+        overlay = Path(os.environ["PRIVBENCH_CACHE"])  # where the submission's cache writes go
         report = {"cache": str(overlay)}
+        # (5) first: straight into the shared cache, past the audit hook
+        if os.environ.get("PRIVBENCH_TEST_CTYPES") == "1":
+            report["ctypes"] = _ctypes_write(os.path.join(os.environ["PRIVBENCH_TEST_SHARED"], "planted.txt"))
         # (1) a self-consistent artifact of a trusted kind, under a key of its choosing
         art = overlay / "reference" / PLANTED_KEY
         art.mkdir(parents=True)
@@ -74,8 +78,5 @@ class CacheTamperer(Defense):
                                                       np.zeros(3, np.float32), np.ones(3, np.float32),
                                                       np.zeros(3, np.int8))])
         report["shard"] = str(shard.relative_to(overlay))
-        # (5) straight into the shared cache, past the audit hook
-        if os.environ.get("PRIVBENCH_TEST_CTYPES") == "1":
-            report["ctypes"] = _ctypes_write(os.path.join(os.environ["PRIVBENCH_TEST_SHARED"], "planted.txt"))
         Path("tamper-report.json").write_text(json.dumps(report))
         return model

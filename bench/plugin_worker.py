@@ -1,0 +1,348 @@
+"""A submitted defense runs in worker processes of its own, apart from the runner that holds the labels.
+
+`privbench submit` scores a plugin in a sandboxed child (bench/submit.py) whose runner holds every world's draw:
+the challenger, its groups and, once evaluations run, the labels. Code in that process could read them
+(``gc.get_objects`` finds the challenger) and a defense could then leave the membership targets out of training.
+So the child never imports a submitted defense. It registers a :class:`WorkerDefense` under the plugin's name, and
+every call into the plugin's code (``adapt``, ``pretrain_texts``, ``pretrain_loss_mask``) runs in a worker,
+``python -m bench.plugin_worker DIR``, which gets only what the defense contract gives a defense: θ as a
+checkpoint directory, the :class:`~bench.game.AdaptationData`, the training settings, or the pretraining
+documents.
+
+What keeps the draw from a worker:
+
+* **no draw in it**: the worker is a fresh interpreter, not a fork; the draw secret reaches the child on its
+  standard input and is never in the environment or on disk;
+* **no labels on disk while it runs**: a submission runs every evaluation after every training job
+  (``SubmissionRunner.order_plan`` in bench/submit.py), so the child's scratch database holds no label while
+  a worker lives;
+* **no way into the child's memory**: the child makes itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``), so
+  ``/proc/<pid>/mem`` and ``ptrace`` need a capability over it, and where user namespaces exist each worker
+  starts in a nested one (``unshare --user``), where it holds no capability over the child's;
+* **a tripwire**: the worker's audit hook (bench/sandbox.py) refuses writes outside its own directory, any
+  Python-level read of the child's sandbox (scratch database, cache overlay) and of other processes' ``/proc``
+  entries, the network and starting programs.
+
+The worker answers in JSON lines on a descriptor of its own (the plugin's prints go to its stderr), and θ' comes
+back as a safetensors checkpoint: nothing the plugin writes is unpickled or executed by the child. A worker is
+started per call, so a defense keeps no state from one world to the next. Submitted attacks still run in the
+child (docs/attacks.md, "Open in-process").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bench.defense import Adapted, Defense, Filtered, TrainContext
+from bench.errors import ConfigError, PluginError, PrivbenchError
+from bench.plugin_ref import PluginRef
+
+WORKERS_DIR = "workers"
+WORKER_ARGV = (sys.executable, "-m", "bench.plugin_worker")
+
+
+class WorkerViolation(BaseException):
+    """A worker broke the sandbox: the child ends at once with the worker's status (its report is written)."""
+
+
+def make_non_dumpable() -> bool:
+    """Refuse ``/proc/<pid>/mem`` and ``ptrace`` of this process to processes without CAP_SYS_PTRACE over it
+    (Linux ``prctl(PR_SET_DUMPABLE, 0)``); False where that is not available."""
+    try:
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        return False
+
+
+def worker_argv(workdir: Path, nested_namespace: bool) -> list[str]:
+    argv = [*WORKER_ARGV, str(workdir)]
+    return ["unshare", "--user", "--map-root-user", *argv] if nested_namespace else argv
+
+
+def spawn_allowed(box: Path):
+    """For the child's audit hook: only the worker command, with a directory under ``box``'s workers."""
+    root = os.path.realpath(box / WORKERS_DIR)
+
+    def allowed(args: tuple) -> bool:
+        argv = list(args[1]) if len(args) > 1 and isinstance(args[1], (list, tuple)) else []
+        if argv[:3] == ["unshare", "--user", "--map-root-user"]:
+            argv = argv[3:]
+        if len(argv) != len(WORKER_ARGV) + 1 or tuple(argv[:-1]) != WORKER_ARGV:
+            return False
+        real = os.path.realpath(str(argv[-1]))
+        return real.startswith(root + "/")
+    return allowed
+
+
+class WorkerSession:
+    """One worker process in a fresh directory under ``box/workers``: requests as pickles on its stdin (the child
+    is trusted), replies as JSON lines on its stdout (the worker is not)."""
+
+    def __init__(self, plugin: PluginRef, box: Path, violation_file: Path, nested_namespace: bool) -> None:
+        (box / WORKERS_DIR).mkdir(exist_ok=True)
+        self.dir = Path(tempfile.mkdtemp(prefix="w-", dir=box / WORKERS_DIR))
+        for sub in ("home", "tmp"):
+            (self.dir / sub).mkdir()
+        env = dict(os.environ, HOME=str(self.dir / "home"), TMPDIR=str(self.dir / "tmp"))
+        env.pop("PRIVBENCH_DRAW_SECRET", None)
+        self._stderr = open(self.dir / "worker.stderr", "wb")
+        self.proc = subprocess.Popen(worker_argv(self.dir, nested_namespace), cwd=self.dir, env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        try:
+            self.info = self._exchange({"plugin": plugin.to_dict(), "unreadable": [str(box)],
+                                        "violation": str(violation_file)})
+        except BaseException:
+            self.close()
+            raise
+
+    def call(self, op: str, **args: Any) -> Any:
+        return self._exchange({"op": op, **args})
+
+    def _exchange(self, message: dict) -> Any:
+        try:
+            pickle.dump(message, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass  # the worker is gone: its status says why
+        line = self.proc.stdout.readline()
+        if not line:
+            self._died()
+        try:
+            reply = json.loads(line)
+            if not isinstance(reply, dict):
+                raise ValueError("not an object")
+        except ValueError:
+            raise PluginError("the plugin's worker answered something that is not a reply: its standard output is "
+                              "privbench's channel (print to stderr instead)") from None
+        if "error" in reply:
+            if reply.get("memory"):
+                raise MemoryError(str(reply["error"]))
+            raise PluginError(str(reply["error"]))
+        return reply.get("ok")
+
+    def _died(self) -> None:
+        from bench.sandbox import MEMORY_EXIT, VIOLATION_EXIT
+        rc = self.proc.wait()
+        self._stderr.flush()
+        if rc == VIOLATION_EXIT:
+            raise WorkerViolation()
+        if rc == MEMORY_EXIT:
+            raise MemoryError("the plugin's worker exceeded the memory limit")
+        tail = (self.dir / "worker.stderr").read_text(errors="replace").strip().splitlines()
+        raise PluginError(f"the plugin's worker process ended with status {rc}: {tail[-1] if tail else 'no output'}")
+
+    def close(self) -> None:
+        try:
+            if self.proc.poll() is None:
+                try:
+                    pickle.dump({"op": "close"}, self.proc.stdin)
+                    self.proc.stdin.close()
+                except (BrokenPipeError, OSError):
+                    pass
+                try:
+                    self.proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+        finally:
+            self._stderr.close()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> WorkerSession:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def worker_defense(plugin: PluginRef, info: dict, box: Path, violation_file: Path,
+                   nested_namespace: bool) -> type[Defense]:
+    """The child's stand-in for a submitted defense: its name, version, stages and defaults as the worker
+    described them; each call of its code in a fresh worker."""
+
+    def session() -> WorkerSession:
+        return WorkerSession(plugin, box, violation_file, nested_namespace)
+
+    class WorkerDefense(Defense):
+        __doc__ = info.get("doc") or "A submitted defense, run in worker processes."
+        version = str(info["version"])
+        description = str(info.get("description") or "")
+        stages = frozenset(info["stages"])
+        uses_validation = bool(info["uses_validation"])
+
+        def __init__(self, **params: Any) -> None:
+            if params:
+                raise ConfigError(f"defense '{self.name}': a submission runs the plugin with its default "
+                                  f"parameters; give defaults in the plugin instead of {sorted(params)}")
+            super().__init__()
+            self.config = dict(info["config"])
+
+        def adapt(self, model: torch.nn.Module, data, ctx: TrainContext) -> Adapted:
+            with session() as w:
+                theta, released = w.dir / "theta", w.dir / "released"
+                model.save_pretrained(theta)
+                ctx.tokenizer.save_pretrained(theta)
+                released.mkdir()
+                out = w.call("adapt", model_dir=str(theta), data=data, out_dir=str(released),
+                             device=str(ctx.device), max_length=ctx.max_length, seed=ctx.seed,
+                             autocast_bf16=ctx.autocast_bf16)
+                adapted = load_released(released, ctx.device)
+            report, guarantee = out.get("report") or {}, out.get("guarantee")
+            if not isinstance(report, dict) or not (guarantee is None or isinstance(guarantee, dict)):
+                raise PluginError(f"defense '{self.name}': its report must be a dict and its guarantee a dict or "
+                                  f"None")
+            return Adapted(adapted, report, guarantee)
+
+        def pretrain_texts(self, docs: list[str]) -> Filtered:
+            with session() as w:
+                out = w.call("pretrain_texts", docs=list(docs))
+            return Filtered(list(out["docs"]), dict(out.get("report") or {}))
+
+    if info.get("loss_mask"):
+        masks: dict[str, WorkerSession] = {}
+
+        def pretrain_loss_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
+            if "w" not in masks:  # one worker for the pretraining run's batches; closed with the child
+                import atexit
+                masks["w"] = session()
+                atexit.register(masks["w"].close)
+            out = masks["w"].call("loss_mask", ids=input_ids.detach().cpu().numpy())
+            mask = torch.tensor(out, dtype=torch.bool, device=input_ids.device)
+            if mask.shape != input_ids.shape:
+                raise PluginError(f"defense '{self.name}': pretrain_loss_mask returned shape {tuple(mask.shape)} "
+                                  f"for input_ids of shape {tuple(input_ids.shape)}")
+            return mask
+
+        WorkerDefense.pretrain_loss_mask = pretrain_loss_mask
+    WorkerDefense.__qualname__ = WorkerDefense.__name__ = f"WorkerDefense[{info['name']}]"
+    return WorkerDefense
+
+
+RELEASE_SUFFIXES = (".json", ".safetensors", ".txt", ".model", ".jinja")
+
+
+def load_released(directory: Path, device: torch.device) -> torch.nn.Module:
+    """θ' as the worker saved it: safetensors weights and JSON configuration only (nothing that unpickles)."""
+    from transformers import AutoModelForCausalLM
+    odd = sorted(p.name for p in directory.rglob("*") if p.is_file() and not p.name.endswith(RELEASE_SUFFIXES))
+    if odd:
+        raise PluginError(f"the submitted defense's release holds files privbench does not load ({', '.join(odd)}): "
+                          f"a submission releases a safetensors checkpoint")
+    try:
+        model = AutoModelForCausalLM.from_pretrained(directory, use_safetensors=True, dtype=torch.float32,
+                                                     trust_remote_code=False)
+    except (OSError, ValueError) as exc:
+        raise PluginError(f"the submitted defense's release could not be loaded: {str(exc).splitlines()[0]}") \
+            from None
+    return model.to(device)
+
+
+# ------------------------------------------------------------------------------------------- in the worker
+
+def _describe(kind: str, name: str, cls: type) -> dict:
+    info: dict[str, Any] = {"kind": kind.rstrip("s"), "name": name, "version": str(cls.version),
+                            "description": cls.description, "doc": cls.__doc__}
+    if info["kind"] == "defense":
+        instance = cls()
+        info.update(stages=sorted(cls.stages), uses_validation=bool(cls.uses_validation),
+                    config=json.loads(json.dumps(instance.config, default=str)),
+                    loss_mask=cls.pretrain_loss_mask is not Defense.pretrain_loss_mask)
+    return info
+
+
+def _adapt(cls: type, req: dict) -> dict:
+    from bench.modeling import load_model
+    from bench.release import Release
+    device = torch.device(req["device"])
+    model, tok = load_model(req["model_dir"], device=device)
+    ctx = TrainContext(tok, device, int(req["max_length"]), int(req["seed"]), bool(req["autocast_bf16"]),
+                       progress=False)
+    torch.manual_seed(int(req["seed"]))
+    defense = cls()
+    result = defense.adapted(defense.adapt(model, req["data"], ctx))
+    if isinstance(result.model, Release) or not isinstance(result.model, torch.nn.Module):
+        raise PluginError(f"defense '{cls.name}' released {type(result.model).__name__}: a submitted defense "
+                          f"releases one model (a torch module with save_pretrained; merge adapters first)")
+    result.model.save_pretrained(req["out_dir"], safe_serialization=True)
+    return json.loads(json.dumps({"report": result.report, "guarantee": result.guarantee}, default=str))
+
+
+def _pretrain_texts(cls: type, req: dict) -> dict:
+    result = cls().pretrain_texts(list(req["docs"]))
+    kept, report = (result.docs, result.report) if isinstance(result, Filtered) else (result, {})
+    if not isinstance(kept, (list, tuple)) or not all(isinstance(t, str) for t in kept):
+        raise PluginError(f"defense '{cls.name}': pretrain_texts returned {type(kept).__name__}, not a list of "
+                          f"strings: return the documents to pretrain on")
+    return json.loads(json.dumps({"docs": list(kept), "report": dict(report)}, default=str))
+
+
+def _loss_mask(instance, req: dict) -> list:
+    mask = instance.pretrain_loss_mask(torch.as_tensor(req["ids"]))
+    return torch.as_tensor(mask).to(torch.bool).cpu().tolist()
+
+
+def main(workdir: str) -> int:
+    """The worker: trusted imports, the guard, the plugin; then one request after another until ``close``."""
+    channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
+    os.dup2(2, 1)  # the plugin's prints go to stderr, never into the channel
+    requests = sys.stdin.buffer
+
+    def reply(**body: Any) -> None:
+        channel.write(json.dumps(body) + "\n")
+        channel.flush()
+
+    def failure(exc: BaseException) -> dict:
+        if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)):
+            return {"error": "memory limit exceeded", "memory": True}
+        msg = str(exc) if isinstance(exc, PrivbenchError) else f"the plugin raised {type(exc).__name__}: {exc}"
+        return {"error": (msg.splitlines()[0] if msg else type(exc).__name__)[:2000]}
+
+    first = pickle.load(requests)
+    from bench.plugin_ref import load_plugin
+    from bench.sandbox import FAILURE_EXIT, MEMORY_EXIT, WORKER_WRITE_HINT, arm_sandbox
+    arm_sandbox(Path(workdir), Path(first["violation"]), unreadable=first["unreadable"], other_processes=False,
+                write_hint=WORKER_WRITE_HINT)
+    try:
+        kind, name, cls = load_plugin(PluginRef(**first["plugin"]))
+        reply(ok=_describe(kind, name, cls))
+    except BaseException as exc:  # noqa: BLE001 - every failure of the plugin is reported to the child
+        reply(**failure(exc))
+        return FAILURE_EXIT
+    ops = {"adapt": lambda req: _adapt(cls, req), "pretrain_texts": lambda req: _pretrain_texts(cls, req)}
+    mask_instance = None
+    while True:
+        try:
+            req = pickle.load(requests)
+        except EOFError:
+            return 0
+        if req.get("op") == "close":
+            return 0
+        try:
+            if req.get("op") == "loss_mask":
+                mask_instance = mask_instance or cls()
+                reply(ok=_loss_mask(mask_instance, req))
+            else:
+                reply(ok=ops[req["op"]](req))
+        except BaseException as exc:  # noqa: BLE001
+            body = failure(exc)
+            reply(**body)
+            return MEMORY_EXIT if body.get("memory") else FAILURE_EXIT
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit("error: usage: python -m bench.plugin_worker DIR (started by `privbench submit`)")
+    sys.stdout.flush()
+    os._exit(main(sys.argv[1]))
