@@ -470,6 +470,10 @@ class Challenger:
             return False
         return self._unit_group.get(unit, (0, 0)) == (0, 0)
 
+    def unit_size(self, unit: str) -> int:
+        """How many records ``unit`` has (each goes into the training data when the unit does); 1 for a record."""
+        return len(self._records[unit])
+
     def is_canary_unit(self, unit: str) -> bool:
         """A canary unit (Kandpal et al. 2024, section 4.3: canary users): any of its records is marked
         ``canary`` in target_meta."""

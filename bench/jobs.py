@@ -227,6 +227,19 @@ def utility_rows(w: Worlds, lm: HFLanguageModel, heldout: list[str], *, key: str
     return rows
 
 
+def audit_group_size(ch, units, data, guarantee: dict | None) -> int:
+    """How many training records one audit canary's coin changes, the group a DP claim must cover: its copies
+    (``adapt_target_repeats``), times its unit's records when the canaries are users or secrets and the claim
+    speaks of records (a unit-level claim covers a unit as one), times 2 where a c = 0 canary is trained as its
+    neighbour (``secrets_replaced``: a swap is one removal and one addition)."""
+    size = int(ch.config["adapt_target_repeats"])
+    if ch.unit != "record" and (guarantee or {}).get("unit", "record") != ch.unit:
+        size *= max((ch.unit_size(u) for u in units), default=1)
+    if (data.public_format or {}).get("negatives") == "replaced":
+        size *= 2
+    return size
+
+
 def neighbour_game(spec, data) -> bool:
     """Whether a game's negatives are its positives' neighbours: the task trains b = 0 secrets with their content
     replaced (``public_format["negatives"] == "replaced"``) and the game tells b apart alone (:func:`b_only_game`),
@@ -262,8 +275,9 @@ def _evaluate(w: Worlds, p: EvaluateJob, done_evals) -> JobResult:
     if inst.spec.audit_pool:  # canaries in D (or S) with probability 1/2 each: the one-run bound is valid here
         rows.append(one_run_row(inst.labels, scores, delta=s.audit["delta"], confidence=s.audit["confidence"]))
     if inst.spec.audit_pool and inst.spec.target_model == "adapted":  # a DP ledger speaks of adaptation only
-        verdict = claim_row(inst.labels, scores, w.adapted(p.ti, p.mi, p.seed, p.di)[2].get("guarantee"),
-                            confidence=s.audit["confidence"], repeats=ch.config["adapt_target_repeats"])
+        guarantee = w.adapted(p.ti, p.mi, p.seed, p.di)[2].get("guarantee")
+        verdict = claim_row(inst.labels, scores, guarantee, confidence=s.audit["confidence"],
+                            repeats=audit_group_size(ch, inst.record_ids, data, guarantee))
         if verdict is not None:  # the defense claims a finite (ε, δ): is it refuted at the suite's confidence?
             rows.append(verdict)
     if neighbour_game(inst.spec, data):  # negatives trained on with their secret replaced: Hush's adjacency

@@ -65,3 +65,33 @@ def test_correct_dp_at_larger_epsilon_is_not_flagged(tmp_path, epsilon):
     result = Runner(parse_suite(raw), store, ArtifactCache(tmp_path / "cache"), quiet=True).run()
     (row,) = [r for r in store.metric_rows(result.run_id) if r["metric"] == CLAIM]
     assert row["flag"] == "claim_ok" and row["ci_low"] <= epsilon
+
+
+def test_a_record_level_claim_is_checked_over_a_whole_user_canary():
+    """A user canary puts all of its user's records into D: a record-level (ε, δ) claim covers it only through
+    group privacy over that many records, so the check must use the unit's size (4 here), not 1; a claim made
+    per user covers each canary as one unit."""
+    import dataclasses
+
+    from fakes import make_task_data
+
+    from bench.game import GAMES, Challenger
+    from bench.jobs import audit_group_size
+
+    data = make_task_data(n_targets=400, n_adapt=200)
+    meta = {t.id: {"user": f"u{i // 4}"} for i, t in enumerate(data.targets)}
+    users = dataclasses.replace(data, unit="user", target_meta=meta,
+                                adapt_owners=tuple(f"bg{i}" for i in range(len(data.adapt))))
+    world = {"n_per_group": 4, "n_null": 8, "adapt_background": 10, "n_audit": 40}
+    ch = Challenger(users, world, seed=0)
+    inst = ch.instance(GAMES["audit"])
+    claim = {"name": "epsilon", "value": 1.0, "delta": 1e-5, "unit": "record"}
+    assert audit_group_size(ch, inst.record_ids, users, claim) == 4
+    assert audit_group_size(ch, inst.record_ids, users, dict(claim, unit="user")) == 1
+    records = Challenger(data, world, seed=0)
+    assert audit_group_size(records, records.instance(GAMES["audit"]).record_ids, data, claim) == 1
+    # a claim with no group bound for 4 records is not checked at all, rather than refuted at the wrong size
+    labels = inst.labels
+    scores = labels + np.linspace(0.0, 0.5, len(labels))  # separates members perfectly, without ties
+    assert claim_row(labels, scores, claim, repeats=4) is None
+    assert claim_row(labels, scores, claim, repeats=1).flag == "claim_violated"
