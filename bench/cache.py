@@ -28,11 +28,25 @@ from contextlib import contextmanager
 from collections.abc import Callable
 from pathlib import Path
 
+from bench.errors import ConfigError
+
 MANIFEST = "manifest.json"
 
 
 def default_cache_dir() -> Path:
-    return Path(os.environ.get("PRIVBENCH_CACHE", Path.home() / ".cache" / "privbench"))
+    return Path(os.environ.get("PRIVBENCH_CACHE") or Path.home() / ".cache" / "privbench")
+
+
+def check_cache_root(root: str | Path | None) -> Path:
+    """The cache directory ``root`` names (default :func:`default_cache_dir`), refused, before anything is created,
+    when it is empty text or an existing file."""
+    if root is not None and not str(root).strip():
+        raise ConfigError("the artifact cache directory is empty text: give --cache DIR (or leave it out for "
+                          "$PRIVBENCH_CACHE or ~/.cache/privbench)")
+    path = Path(root) if root is not None else default_cache_dir()
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"the artifact cache {path} is a file, not a directory: give a directory (--cache DIR)")
+    return path
 
 
 def _file_sha(path: Path) -> str:
@@ -96,8 +110,12 @@ class ArtifactCache:
     """
 
     def __init__(self, root: str | Path | None = None, *, store=None) -> None:
-        self.root = Path(root) if root is not None else default_cache_dir()
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = check_cache_root(root)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ConfigError(f"cannot use {self.root} as the artifact cache ({exc.strerror or exc}): give a "
+                              f"directory you can write (--cache DIR or $PRIVBENCH_CACHE)") from None
         self.store = store
         self._published: set[tuple[str, str]] = set()
 

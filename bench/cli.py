@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 import sys
+from pathlib import Path
 from typing import Optional
 
 import typer
@@ -51,6 +52,13 @@ DB_HELP = "Results database: a SQLAlchemy URL or a path to a SQLite file."
 DEFAULT_DB = "sqlite:///results.db"
 
 
+def _check_format(fmt: str) -> None:
+    """Refuse an unknown output format before any work runs (a run is not redone to print it)."""
+    from bench.report import FORMATS
+    if fmt not in FORMATS:
+        raise PrivbenchError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
+
+
 def _store(db: str, create: bool = True):
     from bench.store import Store
     return Store(db, create=create)
@@ -94,7 +102,9 @@ def run(
     else:
         s = load_suite(suite)
     from bench.artifact_store import open_store
+    from bench.cache import check_cache_root
     shared = open_store(artifact_store)  # checked before the database is touched
+    check_cache_root(cache)
     store = _store(db)
     artifacts = ArtifactCache(cache, store=shared)  # created only once the database opened
     draw_secret = secrets.token_hex(16) if secret_draw else None
@@ -138,6 +148,9 @@ def audit(
                              f"(e.g. 100), or `audit/pretrain` and n_audit_pretrain, or use the bundled suite "
                              f"`audit` (or `hush_audit` for a secret-level claim)")
     s = dataclasses.replace(s, games=games)
+    _check_format(fmt)
+    from bench.cache import check_cache_root
+    check_cache_root(cache)
     store = _store(db)
     result = Runner(s, store, ArtifactCache(cache), command=" ".join(["privbench"] + sys.argv[1:]),
                     quiet=quiet).run()
@@ -220,6 +233,13 @@ def trends(
     from bench.suite import load_suite
     from bench.trends import run_trends
 
+    _check_format(fmt)
+    names = [n.strip() for n in only.split(",") if n.strip()] if only is not None else None
+    if names == []:
+        raise PrivbenchError(f"--only {only!r} names no trend: give some of dp, dp_matched, iid_ood, naf_canaries, "
+                             f"naf_pii, guard, hush (or leave --only out for all)")
+    from bench.cache import check_cache_root
+    check_cache_root(cache)
     store = _store(db)
     art = ArtifactCache(cache)
 
@@ -227,7 +247,6 @@ def trends(
         return Runner(load_suite(name), store, art, command=" ".join(["privbench"] + sys.argv[1:]),
                       quiet=quiet).run().run_id
 
-    names = [n.strip() for n in only.split(",") if n.strip()] if only else None
     rows = run_trends(names, store=store, cache=art, quiet=quiet, run_suite=run_suite)
     typer.echo(format_rows(rows, fmt, columns=["trend", "paper", "holds", "claim", "numbers"]))
 
@@ -389,10 +408,17 @@ def board_export(
     from leaderboard.export import export_db
     from leaderboard.queries import LeaderboardError
 
+    if not out.strip():
+        raise PrivbenchError("--out is empty text: give the directory to write the board into (e.g. --out site/)")
+    if Path(out).exists() and not Path(out).is_dir():
+        raise PrivbenchError(f"--out {out} is a file, not a directory: give a directory (created if missing)")
     try:
         data = export_db(db, out)
     except LeaderboardError as exc:
         raise PrivbenchError(str(exc).replace("`-- --db PATH` to streamlit", "--db PATH")) from None
+    except OSError as exc:
+        raise PrivbenchError(f"cannot write the board into {out} ({exc.strerror or exc}): give a directory you can "
+                             f"write") from None
     n = sum(len(g["display"]) for g in data["groups"])
     typer.echo(f"wrote {out}/index.html and {out}/board.json: {len(data['groups'])} group(s) "
                f"({', '.join(g['name'] for g in data['groups']) or 'none'}), {n} configuration(s)")
@@ -411,9 +437,10 @@ PLUGIN_HELP = "A plugin file (path/to/plugin.py) or the entry-point name of an i
 
 def _limits(timeout: float, memory_gb: float):
     from bench.sandbox import Limits
-    if timeout <= 0 or memory_gb <= 0:
-        raise PrivbenchError(f"--timeout {timeout:g} and --memory {memory_gb:g} must be positive: e.g. --timeout "
-                             f"3600 --memory 16")
+    import math
+    if not (math.isfinite(timeout) and math.isfinite(memory_gb)) or timeout <= 0 or memory_gb <= 0:
+        raise PrivbenchError(f"--timeout {timeout:g} and --memory {memory_gb:g} must be positive and finite: e.g. "
+                             f"--timeout 3600 --memory 16")
     return Limits(wall_s=float(timeout), memory_bytes=int(memory_gb * (1 << 30)))
 
 

@@ -171,6 +171,8 @@ def resolve_games(names: list[str] | str) -> list[GameSpec]:
             close = difflib.get_close_matches(str(n), list(GAMES), n=1)
             raise ConfigError(f"unknown game '{n}': " + (f"did you mean '{close[0]}'? " if close else "") +
                               f"games are {', '.join(GAMES)} or 'all'")
+        if GAMES[n] in out:
+            raise ConfigError(f"game '{n}' is listed twice: list each game once")
         out.append(GAMES[n])
     return out
 

@@ -4,7 +4,8 @@ Why: every schema change used to strand the ``results.db`` files users already h
 the package (``bench/migrations``) and are driven from code, so they work from an installed privbench without an
 ``alembic.ini``. A database is in one of these states:
 
-* ``empty``: no privbench table; the store creates the tables and stamps them at head.
+* ``empty``: no table at all; the store creates the tables and stamps them at head.
+* ``foreign``: tables that are not privbench's (or only some of its six): refused, never written to.
 * ``unversioned``: the six tables of privbench 0.2.0 and no ``alembic_version`` table (written before the schema
   was versioned); ``privbench db upgrade`` stamps it at the baseline revision and upgrades from there.
 * ``older``: a known revision before head; ``privbench db upgrade`` upgrades it.
@@ -84,7 +85,7 @@ def revision_of(conn: Connection) -> str | None:
 
 
 def schema_state(conn: Connection) -> tuple[str, str | None]:
-    """(state, revision): state is empty, unversioned, older, current or newer (module docstring)."""
+    """(state, revision): state is empty, foreign, unversioned, older, current or newer (module docstring)."""
     names = set(inspect(conn).get_table_names())
     if VERSION_TABLE in names:
         rev = revision_of(conn)
@@ -94,8 +95,16 @@ def schema_state(conn: Connection) -> tuple[str, str | None]:
             return ("older" if _known(rev) else "newer"), rev
     present = [t for t in TABLE_NAMES if t in names]
     if not present:
-        return "empty", None
+        return ("foreign" if names - {VERSION_TABLE} else "empty"), None
+    if len(present) < len(TABLE_NAMES):
+        return "foreign", None
     return "unversioned", None
+
+
+def _foreign(conn: Connection, display_url: str) -> StoreError:
+    names = sorted(set(inspect(conn).get_table_names()) - {VERSION_TABLE})
+    return StoreError(f"{display_url} is not a privbench results database (it holds the tables {', '.join(names)}): "
+                      f"point --db at a database written by `privbench run`, or at a new file")
 
 
 def upgrade_hint(display_url: str) -> str:
@@ -116,6 +125,8 @@ def check_current(conn: Connection, display_url: str) -> str:
         return state
     if state == "newer":
         raise _newer(display_url, rev)
+    if state == "foreign":
+        raise _foreign(conn, display_url)
     what = (f"schema revision {rev!r}" if state == "older"
             else "an unversioned schema (written before privbench versioned its schema)")
     raise StoreError(f"{display_url} has {what}, this privbench needs {head()!r}: {upgrade_hint(display_url)}")
@@ -152,6 +163,8 @@ def upgrade(conn: Connection, display_url: str) -> tuple[str | None, str]:
     state, rev = schema_state(conn)
     if state == "newer":
         raise _newer(display_url, rev)
+    if state == "foreign":
+        raise _foreign(conn, display_url)
     if state == "unversioned":
         _check_baseline(conn, display_url)
         MigrationContext.configure(conn).stamp(_scripts(), BASELINE)

@@ -121,6 +121,7 @@ class Runner:
         configure_determinism()
         t0 = time.perf_counter()
         s = self.suite
+        _ = self.device  # an unavailable device is refused before the run is recorded
         run_id, previous = self.store.begin_run(
             run_key=self.run_key, suite=s.name, config=self.run_config, config_hash=s.config_hash,
             code_version=self.code_version, plugin_versions=self.plugin_versions(), seeds=s.seeds,

@@ -206,6 +206,29 @@ def _metric_dict(row: Any, eval_key: str) -> dict[str, Any]:
 # ---------------------------------------------------------------- store
 
 
+def _refuse_foreign_sqlite(path: Path, display_url: str) -> None:
+    """Refuse, without writing a byte, an SQLite file whose tables are not privbench's (another application's
+    database): opening it to write would set WAL mode and add privbench's tables beside the owner's."""
+    import sqlite3
+
+    from bench.schema import TABLE_NAMES
+    try:
+        con = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            names = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type = 'table' "
+                                               "AND name NOT LIKE 'sqlite_%'")}
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return  # not a database at all, or locked: the connection below says so
+    names.discard("alembic_version")
+    ours = names & set(TABLE_NAMES)
+    if names and len(ours) < len(TABLE_NAMES):
+        raise StoreError(f"{display_url} is not a privbench results database (it holds the tables "
+                         f"{', '.join(sorted(names))}): point --db at a database written by `privbench run`, or at "
+                         f"a new file")
+
+
 class Store:
     """The results database. Thread-safe for reads and writes; open one per process."""
 
@@ -243,6 +266,8 @@ class Store:
                         f"no results database at {str(path)!r}: run `privbench run --suite smoke` first, "
                         f"or {URL_HINT}"
                     )
+                if not is_uri and path.is_file() and path.stat().st_size > 0:
+                    _refuse_foreign_sqlite(path, self.display_url)  # before a connection sets WAL mode on it
                 parent = path.parent
                 if create and not is_uri and not parent.exists():
                     try:
@@ -531,7 +556,7 @@ class Store:
                 raise StoreError(f"run reference {ref!r} is not an id, run key or suite name: see `privbench show --list`")
             text = str(ref).strip()
             if isinstance(ref, int) or text.isdigit():
-                if s.get(Run, int(text)) is None:
+                if int(text) >= 2 ** 63 or s.get(Run, int(text)) is None:
                     raise StoreError(f"no run with id {text} in {self.display_url}: see `privbench show --list`")
                 return int(text)
             if text:

@@ -96,8 +96,15 @@ class Suite:
 
 
 def find_suite(ref: str) -> Path:
-    """A path to a YAML file, or the name of a bundled suite (``smoke``, ``quick``)."""
+    """A path to a YAML file, or the name of a bundled suite (``smoke``, ``quick``); a bare name is the bundled
+    suite even where a folder of that name exists here."""
+    if not str(ref).strip():
+        raise ConfigError(f"the suite is empty text: give a bundled suite ({', '.join(bundled_suites())}) or a "
+                          f"path to a .yaml file")
     p = Path(ref)
+    bundled = SUITE_DIR / f"{ref}.yaml"
+    if p.suffix not in (".yaml", ".yml") and p.is_dir() and "/" not in str(ref) and bundled.is_file():
+        return bundled
     if p.suffix in (".yaml", ".yml") or p.exists():
         if p.is_dir():
             raise ConfigError(f"suite path '{ref}' is a directory: give the suite's .yaml file inside it")
@@ -105,7 +112,6 @@ def find_suite(ref: str) -> Path:
             raise ConfigError(f"suite file '{ref}' not found: check the path, or use a bundled suite "
                               f"({', '.join(bundled_suites())})")
         return p
-    bundled = SUITE_DIR / f"{ref}.yaml"
     if bundled.is_file():
         return bundled
     close = difflib.get_close_matches(ref, bundled_suites(), n=1)
@@ -117,6 +123,20 @@ def bundled_suites() -> list[str]:
     return sorted(p.stem for p in SUITE_DIR.glob("*.yaml"))
 
 
+class UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (plain YAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (str, int, float, bool)) and key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key '{key}' appears twice in one mapping: keep one", key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_suite(ref: str) -> Suite:
     path = find_suite(ref)
     try:
@@ -124,7 +144,7 @@ def load_suite(ref: str) -> Suite:
     except UnicodeDecodeError:
         raise ConfigError(f"suite file '{path}' is not UTF-8 text: save it as UTF-8 YAML") from None
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
@@ -169,6 +189,42 @@ def _entries(raw: Any, key: str, registry, suite: str, *, sweep: bool = False) -
             seen.add(label)
             out.append(PluginEntry(label, str(item["name"]), {**params, **point}, instance, match))
     return out
+
+
+MAX_SEED = 2 ** 31
+
+
+def check_device(device: str, suite: str) -> None:
+    """Refuse a device string torch does not parse (``gpu``), naming the ones it does; availability is checked when
+    a run starts (bench/device.py), so a suite can be planned on a machine without the device."""
+    import torch
+    if device == "auto":
+        return
+    try:
+        torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"suite '{suite}': device '{device}' is not a device: use auto, cpu, cuda or cuda:N"
+                          ) from None
+
+
+def check_model(spec, suite: str):
+    """A model spec that can be built: finite numbers, a known source, heads that divide the hidden size."""
+    import math
+    where = f"suite '{suite}': model '{spec.name}'"
+    if spec.source not in ("scratch", "hf"):
+        raise ConfigError(f"{where}: source '{spec.source}' is unknown: use scratch (trained here) or hf (with hf_id)")
+    if spec.source == "hf" and not spec.hf_id:
+        raise ConfigError(f"{where}: source hf needs hf_id (a hub id or a local directory in Hugging Face format)")
+    for key, value in spec.to_dict().items():
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(f"{where}: parameter '{key}' is {value!r}: give a finite number")
+    if spec.source == "scratch" and spec.hidden_size % spec.num_heads:
+        raise ConfigError(f"{where}: hidden_size {spec.hidden_size} is not a multiple of num_heads {spec.num_heads}: "
+                          f"pick sizes whose heads divide the hidden size (e.g. 128 and 4)")
+    if spec.context_length < 2:
+        raise ConfigError(f"{where}: context_length {spec.context_length} holds no next-token prediction: use at "
+                          f"least 2 (e.g. 128)")
+    return spec
 
 
 def sweep_suffix(point: dict[str, Any]) -> str:
@@ -228,8 +284,9 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
     if (not isinstance(seeds, list) or not seeds or
-            not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in seeds)):
-        raise ConfigError(f"suite '{name}': seeds must be a non-empty list of non-negative integers (got {seeds!r})")
+            not all(isinstance(s, int) and not isinstance(s, bool) and 0 <= s < MAX_SEED for s in seeds)):
+        raise ConfigError(f"suite '{name}': seeds must be a non-empty list of non-negative integers below 2**31 "
+                          f"(got {seeds!r})")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"suite '{name}': seeds {seeds} repeat a value: list each seed once")
     models_raw = raw.get("models")
@@ -248,7 +305,12 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         mparams = m.get("params") or {}
         if not isinstance(mparams, dict):
             raise ConfigError(f"suite '{name}': params of model '{m['name']}' must be a mapping of name: value")
-        models.append(resolve_spec(str(m["name"]), mparams))
+        models.append(check_model(resolve_spec(str(m["name"]), mparams), name))
+    names = [mo.name for mo in models]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ConfigError(f"suite '{name}': model '{twice[0]}' appears twice in 'models': results are stored by model "
+                          f"name, so list each model once (run another configuration in a suite of its own)")
     try:
         tasks = _entries(raw.get("tasks"), "tasks", TASKS, name)
         defenses = _entries(raw.get("defenses"), "defenses", DEFENSES, name)
@@ -291,6 +353,10 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         Param("alpha", float, 0.05, "1 - confidence level", low=0.0, high=0.5, low_inclusive=False),
         Param("fprs", list, [0.001, 0.01, 0.05], "FPR targets for TPR@FPR", item_type=float),
     ), metrics)
+    bad_fpr = [f for f in metrics["fprs"] if not 0.0 < f < 1.0]
+    if bad_fpr:
+        raise ConfigError(f"suite '{name}' metrics: fprs {bad_fpr} lie outside (0, 1): give false-positive rates "
+                          f"such as [0.001, 0.01, 0.05]")
     raw_utility = dict(raw.get("utility") or {}) if isinstance(raw.get("utility") or {}, dict) else raw.get("utility")
     if not isinstance(raw_utility, dict):
         raise ConfigError(f"suite '{name}': 'utility' must be a mapping (e.g. {{n_heldout: 200}})")
@@ -325,6 +391,7 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
     device = raw.get("device", "auto")
     if not isinstance(device, str):
         raise ConfigError(f"suite '{name}': 'device' must be a string like auto, cpu or cuda")
+    check_device(device, name)
     return Suite(name=str(name), description=str(raw.get("description", "")), path=path, raw=raw, seeds=seeds,
                  tasks=tasks, models=models, defenses=defenses, attacks=attacks, games=games, world=world,
                  reference=ref, metrics=metrics, utility=utility, device=device, shadows=shadows,

@@ -107,6 +107,12 @@ def _utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
             yield lineno, line
 
 
+def _too_deep(path: Path, lineno: int | None) -> DataError:
+    where = f"line {lineno}" if lineno is not None else "the file"
+    return DataError(f"{path}: {where} nests JSON values deeper than Python can read: records are flat objects "
+                     f'of fields, e.g. {{"text": "..."}}')
+
+
 def _json_error(path: Path, lineno: int, exc: json.JSONDecodeError) -> DataError:
     return DataError(f"{path}: line {lineno} is not valid JSON ({exc.msg}, column {exc.colno}): fix or remove "
                      f"that line (JSON lines: one complete object per line)")
@@ -123,6 +129,8 @@ def _scan_jsonl(path: Path) -> tuple[list[int], list[str]]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise _json_error(path, lineno, exc) from None
+        except RecursionError:
+            raise _too_deep(path, lineno) from None
         if not isinstance(obj, dict):
             raise DataError(f"{path}: line {lineno} is a JSON {type(obj).__name__}, not an object: write one "
                             f'object per line, e.g. {{"text": "..."}}')
@@ -136,6 +144,8 @@ def _scan_json(path: Path) -> tuple[str, list[int] | None, int, list[str]]:
     text = "".join(line for _, line in _utf8_lines(path))
     try:
         obj = json.loads(text)
+    except RecursionError:
+        raise _too_deep(path, None) from None
     except json.JSONDecodeError as exc:
         if exc.msg == "Extra data":  # several top-level values: JSON lines in a .json file
             lines, keys = _scan_jsonl(path)
