@@ -557,7 +557,8 @@ class RestrictedModel(LanguageModel):
     It holds the wrapped model in a closure, not an attribute, so the handle has
     no attribute leading to weights or training data, and it never holds labels.
     (In-process Python is not a security boundary: `privbench submit` runs a
-    submitted defense in worker processes apart from the labels; docs/attacks.md.)
+    submitted plugin in worker processes apart from the labels, whose calls
+    come back to this handle; docs/attacks.md.)
     """
 
     __slots__ = ("fingerprint", "capabilities", "_call", "role")

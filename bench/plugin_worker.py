@@ -1,21 +1,26 @@
-"""A submitted defense runs in worker processes of its own, apart from the runner that holds the labels.
+"""A submitted plugin runs in worker processes of its own, apart from the runner that holds the labels.
 
 `privbench submit` scores a plugin in a sandboxed child (bench/submit.py) whose runner holds every world's draw:
 the challenger, its groups and, once evaluations run, the labels. Code in that process could read them
-(``gc.get_objects`` finds the challenger) and a defense could then leave the membership targets out of training.
-So the child never imports a submitted defense. It registers a :class:`WorkerDefense` under the plugin's name, and
-every call into the plugin's code (``adapt``, ``pretrain_texts``, ``pretrain_loss_mask``) runs in a worker,
-``python -m bench.plugin_worker DIR``, which gets only what the defense contract gives a defense: θ as a
-checkpoint directory, the :class:`~bench.game.AdaptationData`, the training settings, or the pretraining
-documents.
+(``gc.get_objects`` finds the challenger and the game instances): a defense could leave the membership targets
+out of training, an attack could return the labels as scores. So the child never imports a submitted plugin. It
+registers a stand-in under the plugin's name (:func:`worker_defense`, :func:`worker_attack`), and every call into
+the plugin's code runs in a fresh worker, ``python -m bench.plugin_worker DIR``, which gets only what the contract
+gives the plugin:
 
-What keeps the draw from a worker:
+* a defense's ``adapt``: θ as a checkpoint directory, the :class:`~bench.game.AdaptationData` and the training
+  settings (``pretrain_texts``: the documents; ``pretrain_loss_mask``: the token ids); θ' comes back as a
+  safetensors checkpoint;
+* an attack's ``score``: the attacker view as data (targets, population, public format) with the released
+  models, shadows and trainer as handles; each model call comes back to the child and runs on the same
+  :class:`~bench.lm.RestrictedModel` a bundled attack would get, so capabilities are enforced there.
+
+What keeps the labels from a worker:
 
 * **no draw in it**: the worker is a fresh interpreter, not a fork; the draw secret reaches the child on its
   standard input and is never in the environment or on disk;
-* **no labels on disk while it runs**: a submission runs every evaluation after every training job
-  (``SubmissionRunner.order_plan`` in bench/submit.py), so the child's scratch database holds no label while
-  a worker lives;
+* **no labels on disk while it runs**: a submission runs every evaluation after every training job and keeps
+  evaluation rows in memory until the last game is scored (``SubmissionRunner`` in bench/submit.py);
 * **no way into the child's memory**: the child makes itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``), so
   ``/proc/<pid>/mem`` and ``ptrace`` need a capability over it, and where user namespaces exist each worker
   starts in a nested one (``unshare --user``), where it holds no capability over the child's;
@@ -23,10 +28,9 @@ What keeps the draw from a worker:
   Python-level read of the child's sandbox (scratch database, cache overlay) and of other processes' ``/proc``
   entries, the network and starting programs.
 
-The worker answers in JSON lines on a descriptor of its own (the plugin's prints go to its stderr), and θ' comes
-back as a safetensors checkpoint: nothing the plugin writes is unpickled or executed by the child. A worker is
-started per call, so a defense keeps no state from one world to the next. Submitted attacks still run in the
-child (docs/attacks.md, "Open in-process").
+The worker answers in JSON lines on a descriptor of its own (the plugin's prints go to its stderr): nothing the
+plugin writes is unpickled or executed by the child. A worker is started per call, so a plugin keeps no state
+from one world or game to the next.
 """
 
 from __future__ import annotations
@@ -41,10 +45,11 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from bench.defense import Adapted, Defense, Filtered, TrainContext
-from bench.errors import ConfigError, PluginError, PrivbenchError
+from bench.errors import CapabilityError, ConfigError, PluginError, PrivbenchError
 from bench.plugin_ref import PluginRef
 
 WORKERS_DIR = "workers"
@@ -107,15 +112,41 @@ class WorkerSession:
             self.close()
             raise
 
-    def call(self, op: str, **args: Any) -> Any:
-        return self._exchange({"op": op, **args})
+    def call(self, op: str, serve=None, **args: Any) -> Any:
+        """Send one request; while the worker asks for model calls (``{"call": ...}``), answer them with
+        ``serve(call)`` (its value, or the exception it raised, goes back as a pickle); return the final reply."""
+        return self._exchange({"op": op, **args}, serve)
 
-    def _exchange(self, message: dict) -> Any:
+    def _send(self, message: Any) -> None:
         try:
             pickle.dump(message, self.proc.stdin, protocol=pickle.HIGHEST_PROTOCOL)
             self.proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass  # the worker is gone: its status says why
+
+    def _exchange(self, message: dict, serve=None) -> Any:
+        self._send(message)
+        while True:
+            reply = self._read()
+            if "call" not in reply:
+                break
+            if serve is None:
+                raise PluginError("the plugin's worker asked for a model call where none is offered")
+            try:
+                self._send({"value": serve(reply["call"])})
+            except PrivbenchError as exc:  # e.g. an undeclared capability: raised again in the plugin
+                self._send({"raise": type(exc).__name__, "message": str(exc)})
+            except Exception as exc:  # noqa: BLE001 - a malformed call is the plugin's error
+                self._send({"raise": "PluginError", "message": f"{type(exc).__name__}: {exc}"})
+        if "error" in reply:
+            if reply.get("memory"):
+                raise MemoryError(str(reply["error"]))
+            if reply.get("kind") == "CapabilityError":
+                raise CapabilityError(str(reply["error"]))
+            raise PluginError(str(reply["error"]))
+        return reply.get("ok")
+
+    def _read(self) -> dict:
         line = self.proc.stdout.readline()
         if not line:
             self._died()
@@ -126,11 +157,7 @@ class WorkerSession:
         except ValueError:
             raise PluginError("the plugin's worker answered something that is not a reply: its standard output is "
                               "privbench's channel (print to stderr instead)") from None
-        if "error" in reply:
-            if reply.get("memory"):
-                raise MemoryError(str(reply["error"]))
-            raise PluginError(str(reply["error"]))
-        return reply.get("ok")
+        return reply
 
     def _died(self) -> None:
         from bench.sandbox import MEMORY_EXIT, VIOLATION_EXIT
@@ -230,6 +257,91 @@ def worker_defense(plugin: PluginRef, info: dict, box: Path, violation_file: Pat
     return WorkerDefense
 
 
+MODEL_METHODS = frozenset({"token_signals", "next_token_logprobs", "generate", "split_at_token"})
+
+
+def worker_attack(plugin: PluginRef, info: dict, box: Path, violation_file: Path, nested_namespace: bool) -> type:
+    """The child's stand-in for a submitted attack: each game scored by a fresh worker that gets the attacker view
+    (targets, population, public format) with the released models as handles whose calls come back here, to the
+    same :class:`~bench.lm.RestrictedModel` the view holds; the labels never leave this process."""
+    from bench.attack import Attack, Scores
+    if info.get("metrics"):
+        raise ConfigError(f"attack '{info['name']}' declares metric rows of its own (Attack.metrics), which read the "
+                          f"labels: a submitted attack cannot yet (they would need the labels in its process); "
+                          f"report per-target details in Scores and leave metrics() to privbench")
+
+    class WorkerAttack(Attack):
+        __doc__ = info.get("doc") or "A submitted attack, run in worker processes."
+        version = str(info["version"])
+        description = str(info.get("description") or "")
+        family = str(info["family"])
+        requires = frozenset(info["requires"])
+        scores_units = bool(info["scores_units"])
+        reference = str(info.get("reference") or "")
+
+        def __init__(self, **params: Any) -> None:
+            if params and params != info["config"]:
+                raise ConfigError(f"attack '{self.name}': a submission runs the plugin with its default parameters; "
+                                  f"give defaults in the plugin instead of {sorted(params)}")
+            super().__init__()
+            self.config = dict(info["config"])
+
+        def score(self, view):
+            handles: dict[int, Any] = {}
+            spec = view_spec(view, handles)
+            with WorkerSession(plugin, box, violation_file, nested_namespace) as w:
+                out = w.call("score", serve=lambda call: serve_call(call, handles), view=spec)
+            return Scores(out["values"], out.get("details"))
+
+    WorkerAttack.__qualname__ = WorkerAttack.__name__ = f"WorkerAttack[{info['name']}]"
+    return WorkerAttack
+
+
+def _handle(obj, handles: dict[int, Any]) -> dict | None:
+    if obj is None:
+        return None
+    i = len(handles)
+    handles[i] = obj
+    return {"id": i, "fingerprint": obj.fingerprint, "capabilities": sorted(obj.capabilities),
+            "role": str(getattr(obj, "role", ""))}
+
+
+def view_spec(view, handles: dict[int, Any]) -> dict:
+    """The attacker view as plain data: models, shadows and the trainer become handles into ``handles``."""
+    shadows = None
+    if view.shadows is not None:
+        sh = view.shadows
+        shadows = {"models": [_handle(m, handles) for m in sh.models], "members": [list(m) for m in sh.members],
+                   "held_out": list(sh.held_out), "base": sh.base}
+    trainer = None
+    if view.trainer is not None:
+        i = len(handles)
+        handles[i] = view.trainer
+        trainer = {"id": i, "start": str(view.trainer.start)}
+    return {"game": view.game, "targets": [(t.id, t.text, list(t.samples)) for t in view.targets],
+            "model": _handle(view.model, handles), "base": _handle(view.base, handles),
+            "reference": _handle(view.reference, handles),
+            "population": None if view.population is None else list(view.population), "shadows": shadows,
+            "public_format": view.public_format, "unit": view.unit, "trainer": trainer}
+
+
+def serve_call(call: Any, handles: dict[int, Any]) -> Any:
+    """One model (or trainer) call a worker asked for, checked for shape before it reaches the handle."""
+    if not isinstance(call, dict) or not isinstance(call.get("id"), int) or call["id"] not in handles:
+        raise PluginError("the worker named no handle it was given")
+    obj, method, args = handles[call["id"]], call.get("method"), call.get("args") or []
+    if not isinstance(args, list):
+        raise PluginError("a model call's arguments must be a list")
+    if hasattr(obj, "finetune") and method == "finetune":
+        texts, epochs, lr, batch_size, seed = args
+        model = obj.finetune([str(t) for t in texts], epochs=float(epochs), lr=float(lr),
+                             batch_size=int(batch_size), seed=int(seed))
+        return {"handle": _handle(model, handles)}
+    if method not in MODEL_METHODS or hasattr(obj, "finetune"):
+        raise PluginError(f"the worker asked for '{method}', which a released model does not offer")
+    return getattr(obj, method)(*args)
+
+
 RELEASE_SUFFIXES = (".json", ".safetensors", ".txt", ".model", ".jinja")
 
 
@@ -254,6 +366,13 @@ def load_released(directory: Path, device: torch.device) -> torch.nn.Module:
 def _describe(kind: str, name: str, cls: type) -> dict:
     info: dict[str, Any] = {"kind": kind.rstrip("s"), "name": name, "version": str(cls.version),
                             "description": cls.description, "doc": cls.__doc__}
+    if info["kind"] == "attack":
+        from bench.attack import Attack
+        instance = cls()
+        info.update(family=str(cls.family), requires=sorted(cls.requires), scores_units=bool(cls.scores_units),
+                    reference=str(getattr(cls, "reference", "") or ""),
+                    config=json.loads(json.dumps(instance.config, default=str)),
+                    metrics=cls.metrics is not Attack.metrics)
     if info["kind"] == "defense":
         instance = cls()
         info.update(stages=sorted(cls.stages), uses_validation=bool(cls.uses_validation),
@@ -288,6 +407,87 @@ def _pretrain_texts(cls: type, req: dict) -> dict:
     return json.loads(json.dumps({"docs": list(kept), "report": dict(report)}, default=str))
 
 
+class _Remote:
+    """The worker's end of the child's handles: each call a JSON line out, its answer a pickle back."""
+
+    def __init__(self, channel, requests) -> None:
+        self.channel, self.requests = channel, requests
+
+    def __call__(self, handle: int, method: str, args: list) -> Any:
+        self.channel.write(json.dumps({"call": {"id": handle, "method": method, "args": args}}) + "\n")
+        self.channel.flush()
+        answer = pickle.load(self.requests)
+        if "raise" in answer:
+            from bench import errors
+            raise getattr(errors, answer["raise"], PluginError)(answer["message"])
+        return answer["value"]
+
+
+def _remote_model(spec: dict | None, rpc: _Remote):
+    if spec is None:
+        return None
+    from bench.lm import LanguageModel
+
+    class RemoteModel(LanguageModel):
+        """A released model whose every call runs in the child, on the handle the view there holds."""
+
+        __slots__ = ("fingerprint", "capabilities", "role")
+
+        def __init__(self) -> None:
+            self.fingerprint, self.capabilities = str(spec["fingerprint"]), frozenset(spec["capabilities"])
+            self.role = str(spec["role"])
+
+        def token_signals(self, texts, prefix=None):
+            return rpc(spec["id"], "token_signals", [list(map(str, texts)), prefix])
+
+        def next_token_logprobs(self, prefixes):
+            return rpc(spec["id"], "next_token_logprobs", [list(map(str, prefixes))])
+
+        def generate(self, prompts, max_new_tokens):
+            return rpc(spec["id"], "generate", [list(map(str, prompts)), int(max_new_tokens)])
+
+        def split_at_token(self, text, n_tokens):
+            return rpc(spec["id"], "split_at_token", [str(text), int(n_tokens)])
+
+    return RemoteModel()
+
+
+def _view(spec: dict, rpc: _Remote):
+    from bench.game import AttackerView, ShadowSet, Target
+    shadows = None
+    if spec["shadows"] is not None:
+        sh = spec["shadows"]
+        shadows = ShadowSet(tuple(_remote_model(m, rpc) for m in sh["models"]), tuple(tuple(m) for m in sh["members"]),
+                            tuple(sh["held_out"]), sh["base"])
+    trainer = None
+    if spec["trainer"] is not None:
+        from bench.attacker_models import ReferenceTrainer
+        tid = spec["trainer"]["id"]
+
+        def run(texts, epochs, lr, batch_size, seed):
+            return _remote_model(rpc(tid, "finetune", [list(texts), epochs, lr, batch_size, seed])["handle"], rpc)
+        trainer = ReferenceTrainer(spec["trainer"]["start"], run)
+    targets = tuple(Target(i, text, tuple(samples)) for i, text, samples in spec["targets"])
+    population = None if spec["population"] is None else tuple(spec["population"])
+    return AttackerView(spec["game"], targets, _remote_model(spec["model"], rpc), _remote_model(spec["base"], rpc),
+                        _remote_model(spec["reference"], rpc), population, shadows, spec["public_format"],
+                        spec["unit"], trainer)
+
+
+def _score(cls: type, req: dict, rpc: _Remote) -> dict:
+    from bench.attack import Scores
+    raw = cls().score(_view(req["view"], rpc))
+    details = None
+    if isinstance(raw, Scores):
+        raw, details = raw.values, raw.details
+    try:
+        values = [float(v) for v in np.asarray(raw, dtype=np.float64).reshape(-1)]
+    except (TypeError, ValueError):
+        raise PluginError(f"attack '{cls.name}' returned {type(raw).__name__}, not numbers: return one float per "
+                          f"target") from None
+    return json.loads(json.dumps({"values": values, "details": details}, default=str))
+
+
 def _loss_mask(instance, req: dict) -> list:
     mask = instance.pretrain_loss_mask(torch.as_tensor(req["ids"]))
     return torch.as_tensor(mask).to(torch.bool).cpu().tolist()
@@ -307,7 +507,7 @@ def main(workdir: str) -> int:
         if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)):
             return {"error": "memory limit exceeded", "memory": True}
         msg = str(exc) if isinstance(exc, PrivbenchError) else f"the plugin raised {type(exc).__name__}: {exc}"
-        return {"error": (msg.splitlines()[0] if msg else type(exc).__name__)[:2000]}
+        return {"error": (msg.splitlines()[0] if msg else type(exc).__name__)[:2000], "kind": type(exc).__name__}
 
     first = pickle.load(requests)
     from bench.plugin_ref import load_plugin
@@ -320,7 +520,9 @@ def main(workdir: str) -> int:
     except BaseException as exc:  # noqa: BLE001 - every failure of the plugin is reported to the child
         reply(**failure(exc))
         return FAILURE_EXIT
-    ops = {"adapt": lambda req: _adapt(cls, req), "pretrain_texts": lambda req: _pretrain_texts(cls, req)}
+    rpc = _Remote(channel, requests)
+    ops = {"adapt": lambda req: _adapt(cls, req), "pretrain_texts": lambda req: _pretrain_texts(cls, req),
+           "score": lambda req: _score(cls, req, rpc)}
     mask_instance = None
     while True:
         try:

@@ -7,11 +7,12 @@ already complete. Otherwise it starts a child (``python -m bench.submit --child`
 under :mod:`bench.sandbox` limits. The child installs the audit hook and runs
 the suite with the suite's defenses replaced by the submitted one (or its attacks,
 for an attack) into a scratch SQLite file inside the sandbox, and writes its rows
-as JSON there. A submitted defense is never imported into the child, whose runner
-holds the draw: its code runs in worker processes of its own
-(:mod:`bench.plugin_worker`), and every evaluation runs after every training job,
-so no label is on disk while a worker lives. A submitted attack is imported into
-the child and runs beside the draw (docs/attacks.md, "Open in-process"). The parent, the single writer of the results
+as JSON there. The submitted plugin is never imported into the child, whose runner holds the
+draw: its code runs in worker processes of its own (:mod:`bench.plugin_worker`),
+a defense's calls with θ and its data, an attack's games with the attacker view
+and handles to the released models. Every evaluation runs after every training
+job, and evaluation rows stay in memory until the last game is scored, so no
+label is on disk while a worker lives. The parent, the single writer of the results
 database, validates those rows (shapes, finiteness, AUC recomputed from the
 scores) and stores them; a plugin that crashes, hangs, exceeds a limit or
 breaks the sandbox leaves exactly one row: a failed run carrying the error.
@@ -332,10 +333,10 @@ def _child(spec_path: str) -> int:
         os.replace(tmp, out)
 
     from bench.cache import OverlayCache
-    from bench.plugin_ref import PluginRef, load_plugin
+    from bench.plugin_ref import PluginRef
     from bench.plugin_worker import (WorkerSession, WorkerViolation, make_non_dumpable, spawn_allowed,
-                                     worker_defense)
-    from bench.registry import builtins_only, register_defense
+                                     worker_attack, worker_defense)
+    from bench.registry import builtins_only, register_attack, register_defense
     from bench.runner import Runner
     from bench.sandbox import arm_sandbox, os_isolation_available
     from bench.store import Store
@@ -348,17 +349,16 @@ def _child(spec_path: str) -> int:
     violation = box / VIOLATION_FILE
     plugin = PluginRef(**spec["plugin"])
     try:
-        # the plugin's kind, name and defaults, from a worker: a defense is never imported here
+        # the plugin's kind, name and defaults, from a worker: the plugin is never imported here
         with WorkerSession(plugin, box, violation, nested) as w:
             info = w.info
-        if info["kind"] == "defense":
-            builtins_only()  # no installed plugin, the submitted one included, is imported into this process
-            cls = register_defense(info["name"])(worker_defense(plugin, info, box, violation, nested))
-            hardware = arm_sandbox(box, violation, may_spawn=spawn_allowed(box))
-            kind, name = "defense", info["name"]
-        else:  # an attack still runs in this process, beside the draw (docs/attacks.md, "Open in-process")
-            hardware = arm_sandbox(box, violation)  # trusted work first, then the guard (writes: box only)
-            kind, name, cls = load_plugin(plugin)
+        builtins_only()  # no installed plugin, the submitted one included, is imported into this process
+        kind, name = info["kind"], info["name"]
+        if kind == "defense":
+            cls = register_defense(name)(worker_defense(plugin, info, box, violation, nested))
+        else:
+            cls = register_attack(name)(worker_attack(plugin, info, box, violation, nested))
+        hardware = arm_sandbox(box, violation, may_spawn=spawn_allowed(box))
         suite = parse_suite(submission_suite(spec["suite_raw"], kind, name, spec["extend"]), path=spec["suite_path"])
 
         class SubmissionRunner(Runner):
@@ -373,6 +373,20 @@ def _child(spec_path: str) -> int:
 
             def order_plan(self, plan):
                 return evaluations_last(plan)
+
+            def _run(self, run_id: int) -> None:
+                """Evaluation rows (they hold labels) are kept in memory until the last game is scored, so no
+                label is on disk while any worker of the plugin runs."""
+                self._held: list = []
+                super()._run(run_id)
+                for held in self._held:
+                    Runner.apply(self, *held)
+
+            def apply(self, run_id: int, job, result) -> None:
+                if job.kind == "evaluate":
+                    self._held.append((run_id, job, result))
+                else:
+                    super().apply(run_id, job, result)
 
         store = Store(f"sqlite:///{box / 'scratch.db'}")
         runner = SubmissionRunner(suite, store, cache, quiet=True, draw_secret=draw_secret)

@@ -1,9 +1,9 @@
 """Fixture: a dishonest attack that looks for the game's labels in its own process (an open channel).
 
 If ``gc.get_objects`` lists a game instance holding the labels of the targets it was given, it stops the run with
-an error naming how many it read; an attack that went on would return the labels as scores. Submitted attacks
-still run in the process of the runner (docs/attacks.md, "Open in-process"), so `tests/test_submit.py` expects it
-to find them.
+an error naming how many it read; an attack that went on would return the labels as scores. A submitted attack
+is scored in workers of its own (bench/plugin_worker.py), where `tests/test_submit.py` checks it finds nothing; in
+the runner's process it would (docs/attacks.md, "Open in-process").
 """
 
 import gc

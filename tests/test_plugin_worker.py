@@ -1,0 +1,84 @@
+"""The attacker view crossing to a submitted attack's worker (bench/plugin_worker.py), without the processes.
+
+`view_spec` turns the view into data and handles on the child's side; the worker's `_view` rebuilds it with
+models whose calls come back to those handles. Here the pipe is a function that pickles the answer, so the test
+checks the plumbing every attack relies on (targets, population, public format, shadows, the trainer, errors)
+in milliseconds; tests/test_submit.py runs real workers.
+"""
+
+from __future__ import annotations
+
+import pickle
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+from fakes import UnigramLM, make_texts  # noqa: E402
+
+from bench.attacker_models import ReferenceTrainer  # noqa: E402
+from bench.errors import CapabilityError, PluginError  # noqa: E402
+from bench.game import AttackerView, ShadowSet, Target  # noqa: E402
+from bench.lm import GENERATE, TOKEN_LOGPROBS, RestrictedModel  # noqa: E402
+from bench.plugin_worker import _view, serve_call, view_spec  # noqa: E402
+
+
+def _through_a_pipe(handles):
+    """The worker's rpc, with the child's answer (or error) pickled as the real pipe carries it."""
+    def rpc(handle, method, args):
+        try:
+            value = serve_call({"id": handle, "method": method, "args": args}, handles)
+        except (CapabilityError, PluginError) as exc:
+            raise type(exc)(str(exc)) from None
+        return pickle.loads(pickle.dumps(value))
+    return rpc
+
+
+def test_the_view_arrives_whole_and_model_calls_run_on_the_childs_handles():
+    texts = make_texts(6, seed=1)
+    released = UnigramLM(texts[:3], name="released")
+    trained: list[tuple] = []
+
+    def finetune(texts_, epochs, lr, batch_size, seed):
+        trained.append((tuple(texts_), epochs, lr, batch_size, seed))
+        return RestrictedModel(UnigramLM(texts_, name="self-trained"), frozenset({TOKEN_LOGPROBS}), "self-trained")
+
+    shadows = ShadowSet((RestrictedModel(UnigramLM(texts[3:], name="s0"), frozenset({TOKEN_LOGPROBS}), "shadow"),),
+                        (tuple(texts[3:]),), tuple(texts[:2]), "attacker reference")
+    view = AttackerView("adapt", tuple(Target(f"t{i}", t, (t, t + "!")) for i, t in enumerate(texts)),
+                        RestrictedModel(released, frozenset({TOKEN_LOGPROBS}), "adapted"), None, None,
+                        tuple(texts[:2]), shadows, {"kind": "prose"}, "user",
+                        ReferenceTrainer("released θ", finetune))
+    handles: dict = {}
+    spec = pickle.loads(pickle.dumps(view_spec(view, handles)))   # what the worker receives
+    remote = _view(spec, _through_a_pipe(handles))
+
+    assert [(t.id, t.text, t.samples) for t in remote.targets] == [(t.id, t.text, t.samples) for t in view.targets]
+    assert remote.population == view.population and remote.public_format == {"kind": "prose"}
+    assert (remote.game, remote.unit, remote.base, remote.reference) == ("adapt", "user", None, None)
+    assert remote.model.fingerprint == released.fingerprint and remote.model.capabilities == {TOKEN_LOGPROBS}
+    ours, theirs = view.model.token_signals(texts), remote.model.token_signals(texts)
+    assert all(np.array_equal(a.logprobs, b.logprobs) for a, b in zip(ours, theirs))
+    assert remote.shadows.members == shadows.members and remote.shadows.held_out == shadows.held_out
+    assert remote.shadows.models[0].fingerprint == shadows.models[0].fingerprint
+    assert remote.trainer.start == "released θ"
+    tuned = remote.trainer.finetune(texts[:2], epochs=1, lr=0.1, batch_size=4, seed=3)
+    assert trained == [(tuple(texts[:2]), 1.0, 0.1, 4, 3)] and tuned.capabilities == {TOKEN_LOGPROBS}
+    assert tuned.nll(texts[:1]).shape == (1,)
+    # an undeclared capability is refused by the child's handle, as the same error class in the worker
+    with pytest.raises(CapabilityError, match="does not release 'generate'"):
+        remote.model.generate(["x"], 2)
+    assert GENERATE not in remote.model.capabilities
+
+
+def test_a_worker_names_only_handles_and_methods_it_was_given():
+    handles = {0: RestrictedModel(UnigramLM(["a"]), frozenset({TOKEN_LOGPROBS}), "adapted")}
+    for call in ({"id": 7, "method": "token_signals", "args": [["x"], None]},
+                 {"id": "0", "method": "token_signals", "args": []},
+                 {"id": 0, "method": "_call", "args": ["token_signals", ["x"]]},
+                 {"id": 0, "method": "finetune", "args": [["x"], 1, 0.1, 4, 0]},
+                 {"id": 0, "method": "token_signals", "args": "x"}):
+        with pytest.raises(PluginError):
+            serve_call(call, handles)
