@@ -179,6 +179,10 @@ def _entries(raw: Any, key: str, registry, suite: str, *, sweep: bool = False) -
         if "match" in item:  # matched utility (bench/matching.py)
             from bench.matching import parse_match
             match = parse_match(item["match"], str(item["name"]), params, registry.create, suite)
+        for attr in ("name", "label"):
+            if attr in item and not isinstance(item[attr], str):
+                raise ConfigError(f"suite '{suite}': the {attr} of an entry of '{key}' is {item[attr]!r}: give a "
+                                  f"plain string (quote it if it looks like a number)")
         base_label = str(item.get("label") or item["name"])
         for point in sweep_points(item.get("sweep"), params, registry, str(item["name"]), suite):
             instance = registry.create(str(item["name"]), {**params, **point})
@@ -280,6 +284,9 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         raise ConfigError(f"suite '{where}': unknown key '{key}': " +
                           (f"did you mean '{close[0]}'?" if close else f"known keys: {', '.join(sorted(TOP_KEYS))}"))
     name = raw.get("name") or (Path(path).stem if path else "suite")
+    if not isinstance(name, str):
+        raise ConfigError(f"suite name {name!r} is not a string: give one plain name (e.g. name: my-suite; quote "
+                          f"it if it looks like a number)")
     seeds = raw.get("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
