@@ -255,6 +255,8 @@ def read_rows(paths: Sequence[str | Path], format: str, *, cache_dir: str | Path
     builder = FORMATS[format]
     try:
         from datasets import load_dataset
+        from datasets.utils import logging as ds_logging
+        ds_logging.set_verbosity(ds_logging.CRITICAL)  # a read error is reported once, by privbench, not also logged
         ds = load_dataset(builder, data_files=paths, split="train", streaming=True,
                           cache_dir=str(hf_cache_dir(cache_dir)),
                           **dict(builder_kwargs or {}))
@@ -277,8 +279,17 @@ def _read_error(what: str, fmt: str, exc: Exception) -> DataError:
     first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
     if isinstance(exc, UnicodeDecodeError):
         return DataError(f"{what}: {first}: the file is not UTF-8: re-save it as UTF-8")
+    low = first.lower()
+    if "expected" in low and "fields" in low:
+        hint = "every line needs as many fields as the header: quote values that hold the separator"
+    elif "surrogate" in low:
+        hint = "a string holds an invalid \\u escape (a lone surrogate): fix or remove that record"
+    elif "type" in low or "schema" in low or "cast" in low:
+        hint = "every value of a column must have the same type"
+    else:
+        hint = f"it must be valid {fmt} throughout"
     return DataError(f"{what}: cannot read it as {fmt} ({type(exc).__name__}: {first[:300]}): check the file "
-                     f"(every value of a column must have the same type)")
+                     f"({hint})")
 
 
 def _as_id(value: Any) -> str | None:
