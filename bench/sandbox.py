@@ -296,30 +296,25 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path, *,
     sys.dont_write_bytecode = True
     busy = [False]  # realpath itself raises no audit events, but never recurse
 
-    def inside(path: Any) -> bool:
-        if isinstance(path, int):
-            return True  # an already-open descriptor: its open was checked
+    def as_text(path: Any) -> str | None:
+        """A path argument as text; None for an already-open descriptor (its open was checked) or anything else."""
         if isinstance(path, bytes):
             path = os.fsdecode(path)
         if isinstance(path, os.PathLike):
             path = os.fspath(path)
-        if not isinstance(path, str):
-            return True
-        real = os.path.realpath(path)
-        return any(real == r or real.startswith(r.rstrip("/") + "/") for r in roots)
+        return path if isinstance(path, str) else None
 
     def under(real: str, dirs: tuple[str, ...]) -> bool:
         return any(real == r or real.startswith(r.rstrip("/") + "/") for r in dirs)
 
+    def inside(path: Any) -> bool:
+        text = as_text(path)
+        return text is None or under(os.path.realpath(text), roots)
+
     def hidden_path(path: Any) -> str | None:
         """The path if reading it is refused (a hidden directory, or another process's /proc entry), else None."""
-        if isinstance(path, int) or path is None:
-            return None
-        if isinstance(path, bytes):
-            path = os.fsdecode(path)
-        if isinstance(path, os.PathLike):
-            path = os.fspath(path)
-        if not isinstance(path, str):
+        path = as_text(path)
+        if path is None:
             return None
         real = os.path.realpath(path)
         if under(real, roots):

@@ -251,12 +251,12 @@ def test_sandbox_and_cache_must_not_nest(tmp_path):
 
 # ------------------------------------------------------------------ the guard and limits, without a run
 
-def _guarded(tmp_path: Path, code: str, **kw) -> tuple[subprocess.CompletedProcess, dict | None]:
+def _guarded(tmp_path: Path, code: str, guard: str = "", **kw) -> tuple[subprocess.CompletedProcess, dict | None]:
     box = tmp_path / "box"
     box.mkdir(exist_ok=True)
     script = (f"import sys; sys.path.insert(0, {str(REPO)!r})\n"
               f"from bench.sandbox import install_guard\n"
-              f"install_guard([{str(box)!r}], {str(box / 'v.json')!r})\n" + code)
+              f"install_guard([{str(box)!r}], {str(box / 'v.json')!r}{guard})\n" + code)
     proc = subprocess.run([sys.executable, "-c", script], cwd=box, capture_output=True, text=True, timeout=60, **kw)
     report = box / "v.json"
     return proc, (json.loads(report.read_text()) if report.read_text() else None)
@@ -277,6 +277,32 @@ def test_guard_refuses_and_ends_the_child(tmp_path, code, words):
     assert proc.returncode == VIOLATION_EXIT, proc.stderr
     assert words in report["message"] and "carried on" not in proc.stdout
     assert not Path("/tmp/privbench-moved.txt").exists()
+
+
+@pytest.mark.parametrize("code", [
+    "open(RUNNER + '/scratch.db', 'rb').read()",
+    "import sqlite3\nsqlite3.connect(RUNNER + '/scratch.db').execute('select 1')",
+    "import os\nos.listdir(RUNNER)",
+    "import os\nopen(f'/proc/{os.getppid()}/environ', 'rb').read()",
+])
+def test_a_workers_guard_keeps_the_runners_files_and_other_processes_from_it(tmp_path, code):
+    """What bench/plugin_worker.py arms in a worker: the runner's sandbox and other processes' /proc entries
+    are unreadable from Python (the worker's own directory and /proc/self stay readable)."""
+    runner = tmp_path / "runner"
+    runner.mkdir()
+    (runner / "scratch.db").write_bytes(b"labels")
+    proc, report = _guarded(tmp_path, f"RUNNER = {str(runner)!r}\n" + code + "\nprint('carried on')",
+                            guard=f", unreadable=[{str(runner)!r}], other_processes=False")
+    assert proc.returncode == VIOLATION_EXIT, proc.stderr
+    assert "read of the runner's files refused" in report["message"] and "carried on" not in proc.stdout
+
+
+def test_a_workers_guard_lets_it_read_its_own_directory_and_its_own_proc(tmp_path):
+    (tmp_path / "box").mkdir()
+    (tmp_path / "box" / "theta.json").write_text("{}")
+    proc, report = _guarded(tmp_path, "print(open('theta.json').read(), open('/proc/self/status').read()[:4])",
+                            guard=f", unreadable=[{str(tmp_path)!r}], other_processes=False")
+    assert proc.returncode == 0 and report is None, proc.stderr
 
 
 def test_guard_allows_work_inside_the_sandbox(tmp_path):
