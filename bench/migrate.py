@@ -101,10 +101,15 @@ def schema_state(conn: Connection) -> tuple[str, str | None]:
     return "unversioned", None
 
 
-def _foreign(conn: Connection, display_url: str) -> StoreError:
-    names = sorted(set(inspect(conn).get_table_names()) - {VERSION_TABLE})
+def foreign_error(display_url: str, tables) -> StoreError:
+    """The refusal of a database whose ``tables`` are not (all of) privbench's."""
+    names = sorted(set(tables) - {VERSION_TABLE})
     return StoreError(f"{display_url} is not a privbench results database (it holds the tables {', '.join(names)}): "
                       f"point --db at a database written by `privbench run`, or at a new file")
+
+
+def _foreign(conn: Connection, display_url: str) -> StoreError:
+    return foreign_error(display_url, inspect(conn).get_table_names())
 
 
 def upgrade_hint(display_url: str) -> str:

@@ -19,8 +19,8 @@ What keeps the labels from a worker:
 
 * **no draw in it**: the worker is a fresh interpreter, not a fork; the draw secret reaches the child on its
   standard input and is never in the environment or on disk;
-* **no labels on disk while it runs**: a submission runs every evaluation after every training job and keeps
-  evaluation rows in memory until the last game is scored (``SubmissionRunner`` in bench/submit.py);
+* **no labels on disk while it runs**: a submission keeps evaluation rows in memory until the last game is
+  scored (``SubmissionRunner`` in bench/submit.py);
 * **no way into the child's memory**: the child makes itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``), so
   ``/proc/<pid>/mem`` and ``ptrace`` need a capability over it, and where user namespaces exist each worker
   starts in a nested one (``unshare --user``), where it holds no capability over the child's;

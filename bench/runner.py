@@ -146,15 +146,11 @@ class Runner:
     def _run(self, run_id: int) -> None:
         from bench.plan import build_plan
         self.done_evals = {e["eval_key"] for e in self.store.evaluations(run_id)}
-        plan = self.order_plan(build_plan(self, run_id))
+        plan = build_plan(self, run_id)
         self.log(f"plan: {len(plan.jobs)} jobs, {sum(j.done for j in plan.jobs.values())} already done")
         self._skipped += sum(j.done for j in plan.jobs.values() if j.kind == "evaluate")
         (self.executor or LocalExecutor()).execute(self, plan, lambda job, res: self.apply(run_id, job, res))
         self._write_retained(run_id)
-
-    def order_plan(self, plan):
-        """The plan as the executor gets it (a submission moves every evaluation last: bench/submit.py)."""
-        return plan
 
     def _write_retained(self, run_id: int) -> None:
         """Utility retained of every adapted model, per world, against the world's θ and `finetune` anchor.

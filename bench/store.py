@@ -221,12 +221,9 @@ def _refuse_foreign_sqlite(path: Path, display_url: str) -> None:
             con.close()
     except sqlite3.Error:
         return  # not a database at all, or locked: the connection below says so
-    names.discard("alembic_version")
-    ours = names & set(TABLE_NAMES)
-    if names and len(ours) < len(TABLE_NAMES):
-        raise StoreError(f"{display_url} is not a privbench results database (it holds the tables "
-                         f"{', '.join(sorted(names))}): point --db at a database written by `privbench run`, or at "
-                         f"a new file")
+    names.discard(migrate.VERSION_TABLE)
+    if names and len(names & set(TABLE_NAMES)) < len(TABLE_NAMES):
+        raise migrate.foreign_error(display_url, names)
 
 
 class Store:

@@ -10,9 +10,8 @@ for an attack) into a scratch SQLite file inside the sandbox, and writes its row
 as JSON there. The submitted plugin is never imported into the child, whose runner holds the
 draw: its code runs in worker processes of its own (:mod:`bench.plugin_worker`),
 a defense's calls with θ and its data, an attack's games with the attacker view
-and handles to the released models. Every evaluation runs after every training
-job, and evaluation rows stay in memory until the last game is scored, so no
-label is on disk while a worker lives. The parent, the single writer of the results
+and handles to the released models. Evaluation rows stay in memory until the
+last game is scored, so no label is on disk while a worker lives. The parent, the single writer of the results
 database, validates those rows (shapes, finiteness, AUC recomputed from the
 scores) and stores them; a plugin that crashes, hangs, exceeds a limit or
 breaks the sandbox leaves exactly one row: a failed run carrying the error.
@@ -308,16 +307,6 @@ def export_rows(store, run_id: int) -> dict:
     return {"evaluations": evs, "utility": list(util.values()), "guarantees": guarantees}
 
 
-def evaluations_last(plan):
-    """``plan`` with every evaluation after every other job, each group in plan order: the labels reach the
-    scratch database only once every job that runs the submitted plugin's code has ended."""
-    from bench.plan import Plan
-    first = {k: j for k, j in plan.jobs.items() if j.kind != "evaluate"}
-    if any(d not in first for j in first.values() for d in j.deps):  # pragma: no cover - a plan bug
-        raise PluginError("a training job of the plan depends on an evaluation: fix bench/plan.py")
-    return Plan({**first, **{k: j for k, j in plan.jobs.items() if j.kind == "evaluate"}})
-
-
 def _child(spec_path: str) -> int:
     """In the sandbox: trusted imports, then the guard; a defense in workers (bench/plugin_worker.py), an attack
     imported here; rows go to result.json."""
@@ -370,9 +359,6 @@ def _child(spec_path: str) -> int:
                 out = super().plugin_versions()
                 out[f"{kind}:{name}"] = f"{cls.version}+{plugin.code_hash}"
                 return out
-
-            def order_plan(self, plan):
-                return evaluations_last(plan)
 
             def _run(self, run_id: int) -> None:
                 """Evaluation rows (they hold labels) are kept in memory until the last game is scored, so no
