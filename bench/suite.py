@@ -211,7 +211,7 @@ def check_device(device: str, suite: str) -> None:
                           ) from None
 
 
-def check_model(spec, suite: str):
+def check_model(spec: ModelSpec, suite: str) -> ModelSpec:
     """A model spec that can be built: finite numbers, a known source, heads that divide the hidden size."""
     import math
     where = f"suite '{suite}': model '{spec.name}'"
