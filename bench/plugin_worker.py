@@ -241,7 +241,7 @@ def worker_defense(plugin: PluginRef, info: dict, box: Path, violation_file: Pat
         masks: dict[str, WorkerSession] = {}
 
         def pretrain_loss_mask(self, input_ids: torch.Tensor) -> torch.Tensor:
-            if "w" not in masks:  # one worker for the pretraining run's batches; closed with the child
+            if "w" not in masks:  # one worker for every batch; it ends at exit, or with the child's process group
                 import atexit
                 masks["w"] = session()
                 atexit.register(masks["w"].close)

@@ -82,3 +82,29 @@ def test_a_worker_names_only_handles_and_methods_it_was_given():
                  {"id": 0, "method": "token_signals", "args": "x"}):
         with pytest.raises(PluginError):
             serve_call(call, handles)
+
+
+def test_a_defenses_pretraining_hooks_run_in_real_workers(tmp_path):
+    """The stand-in the submission child registers for a pretraining-stage defense: described by one worker,
+    each hook answered by a worker that imported the plugin (the child never does)."""
+    import torch
+
+    from bench.defense import Defense
+    from bench.plugin_ref import resolve_plugin
+    from bench.plugin_worker import WorkerSession, worker_defense
+
+    plugin = resolve_plugin(str(Path(__file__).parent / "plugins" / "mask_defense.py"))
+    box = tmp_path / "box"
+    box.mkdir()
+    with WorkerSession(plugin, box, box / "violation.json", False) as w:
+        info = w.info
+    assert (info["kind"], info["name"], info["stages"], info["loss_mask"]) == (
+        "defense", "even_tokens", ["adapt", "pretrain"], True)
+    defense = worker_defense(plugin, info, box, box / "violation.json", False)()
+    assert "privbench_submitted_" + plugin.code_hash not in sys.modules  # the plugin was imported in workers only
+    kept = defense.pretrain_texts(["a b", "x y", "c"])
+    assert (kept.docs, kept.report) == (["a b", "c"], {"dropped": 1})
+    assert type(defense).pretrain_loss_mask is not Defense.pretrain_loss_mask  # the runner passes it to training
+    ids = torch.arange(12).reshape(2, 6)
+    assert defense.pretrain_loss_mask(ids).tolist() == (ids % 2 == 0).tolist()
+    assert defense.pretrain_loss_mask(ids + 1).tolist() == ((ids + 1) % 2 == 0).tolist()  # same worker, next batch
