@@ -231,7 +231,7 @@ def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok
                               f"checkpoint that privbench does not pretrain: use a scratch model (e.g. nano)")
         key = pretrained_key(spec, data, None, inserts, seed)
         if spec.gguf_file:  # dequantise once (about 20 s for SmolLM2-135M) and load plain fp32 weights after
-            return cache.get_or_build("pretrained", key, lambda tmp: _dequantised_checkpoint(spec, tmp)), key
+            return cache.get_or_build("pretrained", key, lambda tmp: _dequantised_checkpoint(spec, tmp, progress)), key
         return spec.hf_id, key
     key = pretrained_key(spec, data, tok[1], inserts, seed, defense)
     defense = defense if pretrains(defense) else None
@@ -242,9 +242,9 @@ def ensure_pretrained(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok
     return path, key
 
 
-def _dequantised_checkpoint(spec: ModelSpec, tmp: Path) -> None:
+def _dequantised_checkpoint(spec: ModelSpec, tmp: Path, progress: bool = True) -> None:
     """The released GGUF checkpoint as a plain fp32 Hugging Face directory (weights and tokenizer)."""
-    model, tok = load_model(spec.hf_id, revision=spec.revision, gguf_file=spec.gguf_file)
+    model, tok = load_model(spec.hf_id, revision=spec.revision, gguf_file=spec.gguf_file, progress=progress)
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
     (tmp / "privbench.json").write_text(json.dumps({"dequantised_from": f"{spec.hf_id}/{spec.gguf_file}",
