@@ -331,3 +331,19 @@ def test_rmia_runs_against_a_defense_that_validates(cache, tmp_path):
                reference=True, shadows={"n": 2, "records": 20, "n_population": 40})
     result = Runner(parse_suite(raw), store, cache, quiet=True).run()
     assert result.status == "complete" and result.new_evaluations == 1
+
+
+def test_none_control_suite_draws_the_dp_and_guard_world():
+    """docs/guard.md reads the dp and guard suites' `none` anchor against examples/suites/none_control_dp_world.yaml
+    (the same world over ten seeds): the control must keep drawing exactly that world, and release θ only."""
+    from bench.suite import load_suite
+    control = load_suite(str(Path(__file__).parent.parent / "examples/suites/none_control_dp_world.yaml"))
+    assert [d.name for d in control.defenses] == ["none"] and len(control.seeds) >= 10
+    for name in ("dp", "guard"):
+        suite = load_suite(name)
+        assert set(suite.seeds) <= set(control.seeds)
+        assert [(e.name, e.instance.config) for e in control.tasks] == [(e.name, e.instance.config)
+                                                                        for e in suite.tasks]
+        assert [m.to_dict() for m in control.models] == [m.to_dict() for m in suite.models]
+        assert control.world == suite.world and control.reference == suite.reference
+        assert {"adapt", "null"} <= {g.name for g in control.games}
