@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -507,10 +508,20 @@ def compare(
                           f"that moved them, or regenerate the baseline as tests/baselines/README.md says")
 
 
+#: warnings about the libraries' own internals, nothing a user can act on; a quiet run prints only its report.
+#: peft's get_peft_model reads transformers' deprecated ``is_gradient_checkpointing`` alias; torch.func has no
+#: batching rule for CPU scaled-dot-product attention, which per-example gradients under vmap (Hush) go through
+LIBRARY_WARNINGS = ((r"`is_gradient_checkpointing` is deprecated", FutureWarning),
+                    (r"There is a performance drop because we have not yet implemented the batching rule",
+                     UserWarning))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors and non-zero exit codes for everything a user can get wrong."""
     from bench.device import tune_allocator
     tune_allocator()
+    for message, category in LIBRARY_WARNINGS:
+        warnings.filterwarnings("ignore", message=message, category=category)
     command = typer.main.get_command(app)
     try:
         command.main(args=argv, prog_name="privbench", standalone_mode=False)

@@ -35,8 +35,15 @@ def smoke(tmp_path_factory):
     assert proc.returncode == 0, proc.stderr[-3000:]
     shown = privbench("show", "--format", "json", "--db", db, env=env, cwd=root)
     assert shown.returncode == 0, shown.stderr
-    return {"root": root, "env": env, "db": db, "report": proc.stdout,
+    return {"root": root, "env": env, "db": db, "report": proc.stdout, "stderr": proc.stderr,
             "rows": json.loads(shown.stdout)}
+
+
+def test_quiet_run_prints_only_its_report(smoke):
+    """--quiet: the report on stdout and nothing on stderr, not even a library's warning about another library
+    (LoRA's peft call used to print one from transformers)."""
+    assert smoke["stderr"] == "", smoke["stderr"][-2000:]
+    assert smoke["report"].startswith("Attack AUC")
 
 
 def auc(rows, defense, game, attack) -> float:
