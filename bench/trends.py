@@ -100,6 +100,19 @@ class SuiteResults:
     def auc(self, defense: str, game: str, attack: str, task: str | None = None) -> Stat:
         return self.metric(defense, game, attack, "auc", task)
 
+    def none_context(self, attacks: tuple[str, ...], game: str = "adapt") -> str:
+        """The `none` anchor's AUCs in the same worlds, printed beside a rule's numbers (never part of a rule).
+
+        θ′ = θ has expectation 0.5 in every game over b, but each seed's draw moves it, and every release that
+        barely changes θ moves with it (docs/guard.md: 0.572 on Reference over seeds 0-2 of the dp/guard world,
+        0.509 over seeds 3-9); `none` shows where this world's chance sits for these seeds. Empty when the run
+        has no `none`."""
+        try:
+            stats = {a: self.auc("none", game, a) for a in attacks}
+        except KeyError:
+            return ""
+        return "; none (θ′ = θ, this world's chance) " + ", ".join(f"{a} {stats[a]}" for a in attacks)
+
     def strongest(self, defense: str, game: str, attacks: tuple[str, ...], task: str | None = None
                   ) -> tuple[str, Stat]:
         """The attack with the highest mean AUC and its per-seed AUCs (a worst case over attacks: optimistic for
@@ -163,6 +176,7 @@ def check_dp(r: SuiteResults) -> TrendResult:
     ret = {e: r.retained(f"dp-full-eps{e}") for e in ("1", "8", "inf")}
     leak_attack, leak = r.strongest("dp-full-epsinf", "adapt", MIA)
     nums = ("adapt AUC ε=1 vs ε=∞ — " + "; ".join(f"{a}: {small[a]} vs {inf[a]}" for a in MIA) +
+            r.none_context(MIA) +
             f"; utility retained ε=1 {ret['1']}, ε=8 {ret['8']}, ε=∞ {ret['inf']}; seeds {r.seeds}")
     if leak.mean < LEAK_PRECONDITION:
         return _inconclusive(nums, f"ε=∞ does not leak ({leak_attack} {leak} < {LEAK_PRECONDITION})")
@@ -220,7 +234,7 @@ def check_guard(r: SuiteResults) -> TrendResult:
     _, d_max = r.strongest("dp-lora-eps8", "adapt", GUARD_ATTACKS)
     ret = {x: r.retained(x) for x in ("guard", "kd", "dp-lora-eps8")}
     nums = ("adapt AUC guard / KD / DP-LoRA ε=8 — " +
-            "; ".join(f"{a}: {g[a]} / {k[a]} / {d[a]}" for a in GUARD_ATTACKS) +
+            "; ".join(f"{a}: {g[a]} / {k[a]} / {d[a]}" for a in GUARD_ATTACKS) + r.none_context(GUARD_ATTACKS) +
             f"; finetune strongest {ft}; utility retained guard {ret['guard']}, KD {ret['kd']}, DP-LoRA "
             f"{ret['dp-lora-eps8']}; seeds {r.seeds}")
     if ft.mean < LEAK_PRECONDITION:

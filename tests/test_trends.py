@@ -132,3 +132,19 @@ def test_verdicts_and_unknown_trends():
     with pytest.raises(ConfigError, match="unknown trend"):
         run_trends(["nope"], store=None, cache=None)
     assert set(TRENDS) == {"dp", "dp_matched", "iid_ood", "naf_canaries", "naf_pii", "guard", "hush"}
+
+
+def test_none_anchor_is_context_beside_the_numbers_never_part_of_the_rule():
+    """dp and guard print `none`'s adapt AUCs (where this world's chance sits for these seeds) when the run has
+    them; the verdict is the same with or without them."""
+    r = _dp(eps1=(0.57, 0.56, 0.58))
+    bare = check_dp(r)
+    assert "none" not in bare.numbers
+    r.metrics += [row for a in MIA for row in _m("none", a, (0.57, 0.55, 0.59))]
+    with_none = check_dp(r)
+    assert "none (θ′ = θ, this world's chance) loss 0.570±0.012" in with_none.numbers
+    assert with_none.holds == bare.holds
+    g = _guard()
+    plain = check_guard(g)
+    g.metrics += [row for a in MIA for row in _m("none", a, (0.50, 0.49, 0.51))]
+    assert "reference 0.500±0.006" in check_guard(g).numbers and check_guard(g).holds == plain.holds
