@@ -52,6 +52,27 @@ def test_adapt_game_is_chance_when_theta_prime_is_theta_and_pretraining_memorise
     assert np.mean(pos) == np.mean(neg) == 0.5        # a is independent of b by construction
 
 
+def test_theta_is_a_function_of_a_alone_so_theta_prime_equal_theta_is_chance_over_b():
+    """What θ is trained on depends on the a bits only, and the attacker's reference model on the task alone: flip
+    every unit's b bit and θ's training data stays byte for byte the same while D̃ changes. So in every game over
+    b the scores of θ′ = θ are a stratified permutation of themselves, and `none`'s expected AUC is 0.5 whatever
+    one draw shows (docs/guard.md: 0.572 over seeds 0-2 of the dp/guard world, 0.509 over seeds 3-9)."""
+    data = make_task_data(n_targets=300, seed=5)
+    ch = Challenger(data, {"n_per_group": 30, "n_null": 40, "adapt_background": 20,
+                           "pretrain_target_repeats": 2}, seed=1)
+    inserts, adapt = ch.pretraining_inserts(), ch.adaptation_data().texts
+    flipped = Challenger(data, dict(ch.config), seed=1)
+    flipped._group = {r: (a, 1 - b) for r, (a, b) in ch._group.items()}
+    flipped._unit_group = {u: (a, 1 - b) for u, (a, b) in ch._unit_group.items()}
+    assert flipped.pretraining_inserts() == inserts                      # θ does not see b ...
+    assert sorted(flipped.adaptation_data().texts) != sorted(adapt)     # ... D̃ does
+    assert {ch.unit_group(u)[1] for u in ch.units() if u in ch._unit_group} == {0, 1}
+    import inspect
+    from bench.world import Worlds
+    # the reference model is one per (task, model), for every seed and draw
+    assert list(inspect.signature(Worlds.reference_base).parameters) == ["self", "ti", "mi"]
+
+
 def test_null_pool_is_its_own_and_power_is_flagged():
     data = make_task_data(n_targets=400, seed=1)
     ch = Challenger(data, {"n_per_group": 20, "n_null": 40, "adapt_background": 10}, seed=0)
