@@ -509,9 +509,14 @@ def compare(
 
 
 #: warnings about the libraries' own internals, nothing a user can act on; a quiet run prints only its report.
-#: peft's get_peft_model reads transformers' deprecated ``is_gradient_checkpointing`` alias; torch.func has no
-#: batching rule for CPU scaled-dot-product attention, which per-example gradients under vmap (Hush) go through
+#: peft's get_peft_model reads transformers' deprecated ``is_gradient_checkpointing`` alias, and its prefix tuning
+#: passes the prefix as the deprecated ``past_key_values``; torch.func has no batching rule for CPU
+#: scaled-dot-product attention, which per-example gradients under vmap (Hush) go through; torch notes that a full
+#: backward hook (Opacus' per-record gradients) fires on the first layer, whose inputs need no gradient
 LIBRARY_WARNINGS = ((r"`is_gradient_checkpointing` is deprecated", FutureWarning),
+                    (r"`past_key_values` is deprecated", FutureWarning),
+                    (r"Full backward hook is firing when gradients are computed with respect to module outputs",
+                     UserWarning),
                     (r"There is a performance drop because we have not yet implemented the batching rule",
                      UserWarning))
 

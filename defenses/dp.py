@@ -523,16 +523,70 @@ class PrefixRelease(Release):
         return {"num_virtual_tokens": int(cfg.num_virtual_tokens), "base": "base", "adapter": "adapter"}
 
 
+class PrefixGreedy(torch.nn.Module):
+    """A peft prefix-tuned model whose greedy ``generate`` runs through its own forward pass.
+
+    peft's ``generate`` puts the prefix into ``past_key_values`` while transformers 5 keeps the generation cache
+    under ``cache`` and, given both, ignores the former: the continuation is the base model's, as if no prefix had
+    been trained (peft 0.21.2 with transformers 5.24; tests/test_prefix.py shows it). The forward pass is right
+    (peft hands the prefix over as the cache), so this greedy decoder recomputes the forward over the whole
+    sequence at every step: no KV cache to lose, at the cost of quadratic work, which the short continuations
+    privbench asks for (PII prompts, self-prompting, ROUGE) can afford. Left-padded rows get the positions their
+    tokens have alone (from 0, as the forward pass numbers them in scoring), so a batch gives each row its own
+    continuation. Logits processors see
+    every step's scores and stopping criteria end the loop, as in ``generate``; a row that has emitted EOS is
+    continued with the pad token."""
+
+    def __init__(self, peft_model: torch.nn.Module) -> None:
+        super().__init__()
+        self.peft_model = peft_model
+
+    @property
+    def generation_config(self):
+        return self.peft_model.generation_config
+
+    def forward(self, *args, **kwargs):
+        return self.peft_model(*args, **kwargs)
+
+    @torch.no_grad()
+    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, max_new_tokens: int,
+                 pad_token_id: int | None = None, logits_processor=None, stopping_criteria=None,
+                 do_sample: bool = False) -> torch.Tensor:
+        if do_sample:
+            raise ConfigError("a prefix-tuned release decodes greedily only (do_sample=False)")
+        eos = getattr(self.generation_config, "eos_token_id", None)
+        eos = torch.tensor([] if eos is None else list(eos) if isinstance(eos, (list, tuple)) else [eos],
+                           device=input_ids.device)
+        pad = 0 if pad_token_id is None else int(pad_token_id)
+        ids, mask = input_ids, attention_mask
+        done = torch.zeros(ids.shape[0], dtype=torch.bool, device=ids.device)
+        for _ in range(int(max_new_tokens)):
+            positions = (mask.long().cumsum(-1) - 1).clamp(min=0)  # a token's position alone, as in scoring
+            scores = self.peft_model(input_ids=ids, attention_mask=mask, position_ids=positions).logits[:, -1]
+            for processor in logits_processor or []:
+                scores = processor(ids, scores)
+            token = torch.where(done, torch.full_like(done, pad, dtype=torch.long), scores.argmax(-1))
+            ids = torch.cat([ids, token[:, None]], 1)
+            mask = torch.cat([mask, torch.ones_like(mask[:, :1])], 1)
+            done |= torch.isin(token, eos)
+            for criterion in stopping_criteria or []:
+                done |= criterion(ids, scores).to(done.device)
+            if bool(done.all()):
+                break
+        return ids
+
+
 @register_release("peft_prefix")
 def load_prefix_release(directory: Path, meta: dict, *, device: torch.device, fingerprint: str, make_lm):
-    """Base checkpoint + peft prefix adapter -> PeftModel -> the runner's HFLanguageModel (``make_lm``)."""
+    """Base checkpoint + peft prefix adapter -> PeftModel (generating through :class:`PrefixGreedy`) -> the
+    runner's HFLanguageModel (``make_lm``)."""
     from peft import PeftModel
 
     from bench.modeling import load_model
 
     base, tok = load_model(directory / meta.get("base", "base"), device=device)
     model = PeftModel.from_pretrained(base, str(directory / meta.get("adapter", "adapter"))).to(device).eval()
-    return make_lm(model, tok)
+    return make_lm(PrefixGreedy(model).eval(), tok)
 
 
 # ------------------------------------------------------------------------------------------ defense

@@ -66,7 +66,45 @@ def test_released_prefix_model_scores_like_the_in_memory_one(world, tmp_path):
     ids = loaded.encode(texts[0])
     head = world["tok"].decode(ids[1:5])
     assert loaded.next_token_logprobs([head])[0, ids[5]] == pytest.approx(float(got[0].logprobs[4]), abs=1e-4)
-    assert loaded.generate(prompts, 6) == mem.generate(prompts, 6)
+    assert loaded.generate(prompts, 6) == [_greedy_by_forward(rel.peft_model, world["tok"], loaded.encode(p), 6)
+                                           for p in prompts]
+
+
+def _greedy_by_forward(model, tok, ids: list[int], n: int) -> str:
+    """Greedy continuation of one unpadded prompt, a full forward pass per token, positions as in scoring."""
+    cur = torch.tensor([ids])
+    for _ in range(n):
+        with torch.no_grad():
+            nxt = model(input_ids=cur, attention_mask=torch.ones_like(cur)).logits[:, -1].argmax(-1)
+        cur = torch.cat([cur, nxt[:, None]], 1)
+        if int(nxt) == tok.eos_token_id:
+            break
+    return tok.decode(cur[0, len(ids):].tolist(), skip_special_tokens=True)
+
+
+def test_released_prefix_model_generates_with_its_prefix(world, tmp_path):
+    """peft's own generate drops the prefix under transformers 5 (the continuation is the base model's); the
+    release generates through its forward pass instead: every continuation of a left-padded batch is the prompt's
+    greedy continuation under the prefix, and the prefix changes what is generated."""
+    from peft import PrefixTuningConfig, get_peft_model
+    torch.manual_seed(0)
+    peft_model = get_peft_model(_model(world), PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=4))
+    with torch.no_grad():
+        peft_model.prompt_encoder["default"].embedding.weight.normal_(0.0, 1.0)  # a prefix that steers
+    peft_model.eval()
+    save_release(PrefixRelease(peft_model, world["tok"]), tmp_path)
+    loaded = load_release(tmp_path, device=torch.device("cpu"), fingerprint="k", make_lm=_make_lm)
+    plain = HFLanguageModel(_model(world), world["tok"], fingerprint="base", max_length=64, batch_size=5)
+    prompts = ["alpha", "river stone cloud market", "seven eleven blue", "gamma delta", "blue"]
+    want = [_greedy_by_forward(peft_model, world["tok"], loaded.encode(p), 8) for p in prompts]
+    assert loaded.generate(prompts, 8) == want
+    with torch.no_grad():
+        broken = peft_model.generate(input_ids=torch.tensor([loaded.encode(prompts[1])]), max_new_tokens=8,
+                                     do_sample=False, pad_token_id=world["tok"].pad_token_id)
+    base = plain.generate(prompts, 8)
+    assert base != want                                   # the prefix steers the continuations ...
+    assert world["tok"].decode(broken[0, len(loaded.encode(prompts[1])):].tolist(),
+                               skip_special_tokens=True) == base[1]  # ... which peft's generate loses
 
 
 def test_dp_prefix_trains_and_records_its_ledger(world):
