@@ -533,9 +533,8 @@ class PrefixGreedy(torch.nn.Module):
     sequence at every step: no KV cache to lose, at the cost of quadratic work, which the short continuations
     privbench asks for (PII prompts, self-prompting, ROUGE) can afford. Left-padded rows get the positions their
     tokens have alone (from 0, as the forward pass numbers them in scoring), so a batch gives each row its own
-    continuation. Logits processors see
-    every step's scores and stopping criteria end the loop, as in ``generate``; a row that has emitted EOS is
-    continued with the pad token."""
+    continuation. Logits processors see every step's scores and stopping criteria end the loop, as in
+    ``generate``; a row that has emitted EOS is continued with the pad token."""
 
     def __init__(self, peft_model: torch.nn.Module) -> None:
         super().__init__()
