@@ -204,3 +204,27 @@ def test_rows_finished_early_are_cut_at_eos_whatever_the_pad_token(model_and_tok
     got = HFLanguageModel(model, padded, fingerprint="pad", max_length=MAX_LEN, batch_size=64,
                           cache=SignalCache(None)).generate(prompts, NEW)
     assert got == want
+
+
+def test_library_generate_is_greedy_decoding_by_the_forward_pass(model_and_tok):
+    """The reference above is Hugging Face's ``generate``; this pins it to its definition, an argmax of the forward
+    pass at each step, so a library change that drops state between steps (as peft's prefix under transformers 5
+    did, tests/test_prefix.py) cannot hide behind a comparison with itself."""
+    model, tok, corpus = model_and_tok
+    compared = 0
+    for text in corpus[:12]:
+        prompt = " ".join(text.split()[:3])
+        ids = torch.tensor([[tok.bos_token_id] + tok(prompt, add_special_tokens=False)["input_ids"]])
+        cur = ids
+        for _ in range(NEW):
+            with torch.no_grad():
+                top = model(input_ids=cur).logits[0, -1].topk(2)
+            if float(top.values[0] - top.values[1]) < GREEDY_TIE_MARGIN:
+                break  # a near tie: the cached and the recomputed pass may round it either way; compare up to here
+            cur = torch.cat([cur, top.indices[:1][None]], 1)
+            compared += 1
+            if int(top.indices[0]) == tok.eos_token_id:
+                break
+        want = tok.decode(cur[0, ids.shape[1]:], skip_special_tokens=True)
+        assert _alone(model, tok, prompt).startswith(want)
+    assert compared >= 60  # most steps were compared
