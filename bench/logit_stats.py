@@ -12,7 +12,8 @@ the micro model. Here:
   :data:`BLOCK_ELEMENTS` logits at a time), so each block's log-probabilities and temporaries are still in the
   CPU's cache for the next pass instead of going out to memory and back five times. Blocking changes no bit:
   every statistic is a per-position reduction over the vocabulary, computed by the same kernels on the same
-  values (tests/test_logit_stats.py checks equality with the unblocked passes).
+  values (tests/test_logit_stats.py checks equality with the unblocked passes). On a GPU the blocks are 128
+  times larger (:data:`CUDA_BLOCK_ELEMENTS`): there they only bound the memory of the temporaries.
 * compiled (``PRIVBENCH_COMPILE=1``): the same formulas from the logits in one ``torch.compile`` kernel
   (inductor fuses the softmax, both moments and the arg-max into about two reads of the logits); the first
   call in a process compiles for about 20 s on the 2-core machine, so it pays off only for long scoring runs.
@@ -32,6 +33,14 @@ _compiled = None
 #: CPU (8 × 127 positions, 2 threads: 12.7 → 10.1 ms at V = 8,192, 78.3 → 60.8 ms at V = 49,152;
 #: scripts/stats_blocks.py, and scripts/benchmark.py for whole scoring runs; docs/benchmarks.md)
 BLOCK_ELEMENTS = 1 << 20
+#: logits per block on a GPU: there the blocks bound the temporaries' memory (about 4 × 512 MiB at fp32) instead of
+#: fitting a cache, and a CPU-sized block would cost thousands of kernel launches per batch
+CUDA_BLOCK_ELEMENTS = 1 << 27
+
+
+def block_elements(device: torch.device) -> int:
+    """Logits per block of the eager passes on ``device``."""
+    return CUDA_BLOCK_ELEMENTS if device.type == "cuda" else BLOCK_ELEMENTS
 
 
 def compile_enabled() -> bool:
@@ -64,11 +73,12 @@ def _fused(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return tok_lp, mu, sigma2, arg == tgt, zmax - lse.squeeze(-1)
 
 
-def _blocks(batch: int, length: int, vocab: int) -> list[tuple[slice, slice]]:
-    """(rows, positions) slices that tile a batch × length grid of positions, about :data:`BLOCK_ELEMENTS`
-    logits each. No block holds a single position unless the grid does: over a large vocabulary a lone row's
-    reduction is split between threads, which sums in another order than the rows of a larger tensor."""
-    per_block = max(2, BLOCK_ELEMENTS // max(vocab, 1))
+def _blocks(batch: int, length: int, vocab: int, elements: int | None = None) -> list[tuple[slice, slice]]:
+    """(rows, positions) slices that tile a batch × length grid of positions, about ``elements`` logits each
+    (default :data:`BLOCK_ELEMENTS`). No block holds a single position unless the grid does: over a large
+    vocabulary a lone row's reduction is split between threads, which sums in another order than the rows of a
+    larger tensor."""
+    per_block = max(2, (elements or BLOCK_ELEMENTS) // max(vocab, 1))
     if length >= per_block:  # split each row's positions
         starts = list(range(0, length, per_block))
         if len(starts) > 1 and length - starts[-1] < 2:
@@ -86,7 +96,7 @@ def _blocks(batch: int, length: int, vocab: int) -> list[tuple[slice, slice]]:
 def _eager(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """:func:`stats_from_logprobs` of fp32 log-softmaxed ``logits`` (batch × length × vocabulary), block by block."""
     batch, length, vocab = logits.shape
-    blocks = _blocks(batch, length, vocab)
+    blocks = _blocks(batch, length, vocab, block_elements(logits.device))
     if len(blocks) == 1:
         return stats_from_logprobs(torch.log_softmax(logits.float(), dim=-1), tgt)
     dtypes = (torch.float32, torch.float32, torch.float32, torch.bool, torch.float32)  # stats_from_logprobs' order

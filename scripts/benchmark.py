@@ -77,13 +77,14 @@ def throughput(spec_name: str, data, tok, n_texts: int = 320, rounds: int = 3) -
 def bare_forward(lm: HFLanguageModel, texts: list[str]) -> int:
     """The floor scoring is measured against: the same length-sorted batches as ``lm.token_signals``, a
     forward pass, log-softmax and the gather of the targets' log p, nothing else. Returns the tokens."""
-    encoded = [lm.encode(t) for t in texts]
+    encoded = lm.encode_many(texts)
     order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))
     pad = lm.tokenizer.pad_token_id if lm.tokenizer.pad_token_id is not None else 0
     model = lm._model
     for i in range(0, len(order), lm.batch_size):
         ids, mask = right_padded([encoded[j] for j in order[i:i + lm.batch_size]], pad, lm.device)
-        logits = model(input_ids=ids, attention_mask=mask).logits
+        with lm._autocast():  # the scoring handle's precision (bf16 autocast where it scores in bf16)
+            logits = model(input_ids=ids, attention_mask=mask).logits
         lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1))
         lp.cpu()
     return sum(len(e) for e in encoded)

@@ -7,7 +7,10 @@ tokenisation, length-sorted batching, automatic batch sizing (CUDA OOM → halve
 and retry), the forward pass and the per-position statistics every attack uses
 (log p of each token, mean and variance of log p under the model, top-1).
 
-Reports tokens/s and model FLOPs utilisation (MFU). FLOPs per scored token are
+Reports tokens/s and model FLOPs utilisation (MFU), beside the floor scoring is measured against on the CPU
+(``scripts/benchmark.py``'s ``bare_forward``: the same length-sorted batches, the forward pass, log-softmax and
+the gather of the targets' log p, nothing else), so what the model's forward pass costs and what the signals
+add are told apart. FLOPs per scored token are
 the *forward* count 2N + 2·L·T·d (Kaplan et al. 2020, Table 1): N is the
 parameter count without the input embedding (a lookup, not a matmul), the
 second term is attention's QKᵀ and AV over the context T. Scoring is inference
@@ -30,6 +33,8 @@ import torch
 
 from bench.device import bf16_supported, release_memory, select_device, set_threads
 from bench.lm import HFLanguageModel
+from bench.logit_stats import compile_enabled
+from benchmark import bare_forward  # scripts/benchmark.py: the CPU benchmark's floor, the same function
 
 PRESETS = {  # hidden, layers, heads, vocab (untied input/output embeddings, as privbench's scratch models)
     "100m": dict(hidden_size=768, num_hidden_layers=8, num_attention_heads=12, vocab_size=32_000),
@@ -116,6 +121,18 @@ def main() -> None:
         best = dt if best is None else min(best, dt)
     n_tok = sum(s.n_tokens + 1 for s in out.values())  # + the BOS position, which the forward pass also computes
     tps = n_tok / best
+    bare_best = None
+    for _ in range(args.repeats):  # the floor, on the batch size scoring settled on
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        n_bare = bare_forward(lm, texts)
+        if device.type == "cuda":
+            torch.cuda.synchronize()
+        dt = time.perf_counter() - t0
+        bare_best = dt if bare_best is None else min(bare_best, dt)
+    assert n_bare == n_tok, (n_bare, n_tok)
+    bare_tps = n_tok / bare_best
     peak = peak_tflops(device, bf16, args.peak_tflops)
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else f"cpu ({torch.get_num_threads()} "
@@ -125,6 +142,9 @@ def main() -> None:
         "seconds": round(best, 3), "tokens_per_s": round(tps, 1),
         "flops_per_token": f"forward 2N + 2·L·T·d = {fpt:.4g}", "achieved_tflops": round(tps * fpt / 1e12, 3),
         "peak_tflops": peak, "mfu": None if peak is None else round(tps * fpt / (peak * 1e12), 4),
+        "bare_forward_seconds": round(bare_best, 3), "bare_forward_tokens_per_s": round(bare_tps, 1),
+        "bare_forward_mfu": None if peak is None else round(bare_tps * fpt / (peak * 1e12), 4),
+        "score_vs_bare": round(tps / bare_tps, 3), "compiled_stats": compile_enabled(),
     }
     if device.type == "cuda":
         result["max_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)

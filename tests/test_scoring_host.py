@@ -1,0 +1,118 @@
+"""The host side of scoring (tokenising a list at once, padding, moving statistics off the device once per batch)
+changes no bit of any signal: each piece against the per-text, per-row code it replaced."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from bench.lm import HFLanguageModel, TokenSignals, right_padded, signals_from_stats
+from bench.logit_stats import BLOCK_ELEMENTS, CUDA_BLOCK_ELEMENTS, _blocks, block_elements
+
+TEXTS = ["", "a", "The quick brown fox.", "def f(x):\n    return x ** 2\n", "Ünïcödé — ∑ and 漢字 too", " lead space",
+         "trailing  double  spaces  ", "word " * 300]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    """A byte-level BPE as the runner trains for its scratch models (bench.tokenizer)."""
+    from transformers import AutoTokenizer
+
+    from bench.tokenizer import train_bpe_tokenizer
+    corpus = [f"line {i}: the cat sat on mat number {i * 7 % 13}; def f{i}(x): return x + {i}" for i in range(400)]
+    out = tmp_path_factory.mktemp("tok")
+    train_bpe_tokenizer(corpus, out, vocab_size=300)
+    return AutoTokenizer.from_pretrained(out)
+
+
+def _lm(tokenizer, *, max_length: int, add_bos: bool = True) -> HFLanguageModel:
+    model = torch.nn.Linear(1, 1)  # only the tokenizer side is exercised
+    return HFLanguageModel(model, tokenizer, fingerprint="host-side", max_length=max_length, add_bos=add_bos)
+
+
+@pytest.mark.parametrize("max_length", [4, 64, 1024])
+@pytest.mark.parametrize("add_bos", [True, False])
+def test_encode_many_equals_encoding_one_text_at_a_time(tokenizer, max_length, add_bos):
+    lm = _lm(tokenizer, max_length=max_length, add_bos=add_bos)
+    assert lm.encode_many(TEXTS) == [lm.encode(t) for t in TEXTS]
+    assert lm.encode_many([]) == []
+    assert any(len(e) == max_length for e in lm.encode_many(TEXTS))  # truncation is exercised
+
+
+def test_encode_many_equals_one_at_a_time_for_smollm2():
+    """The realistic track's tokenizer (GPT-2-style BPE read from the GGUF file)."""
+    pytest.importorskip("gguf")
+    from transformers import AutoTokenizer
+
+    from bench.errors import ConfigError
+    from bench.modeling import resolve_spec
+    try:
+        spec = resolve_spec("smollm2-135m", {})
+    except ConfigError as exc:
+        pytest.skip(str(exc))
+    tok = AutoTokenizer.from_pretrained(spec.hf_id, gguf_file=spec.gguf_file)
+    lm = _lm(tok, max_length=128)
+    assert lm.encode_many(TEXTS) == [lm.encode(t) for t in TEXTS]
+
+
+def _right_padded_per_row(seqs, pad):
+    """The construction right_padded replaced: one tensor per row."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for r, s in enumerate(seqs):
+        ids[r, : len(s)] = torch.tensor(s)
+        mask[r, : len(s)] = 1
+    return ids, mask
+
+
+def test_right_padded_equals_the_per_row_construction():
+    seqs = [[5, 6, 7, 8], [1], [2, 3], [9, 9, 9, 9]]
+    ids, mask = right_padded(seqs, 0, torch.device("cpu"))
+    ref_ids, ref_mask = _right_padded_per_row(seqs, 0)
+    assert ids.dtype == mask.dtype == torch.long
+    assert torch.equal(ids, ref_ids) and torch.equal(mask, ref_mask)
+    assert torch.equal(right_padded([[3]], 7, torch.device("cpu"))[0], torch.tensor([[3]]))
+
+
+def _signals_per_row(stats, tgt, spans):
+    """The splitting signals_from_stats replaced: six device-to-host copies per row."""
+    tok_lp, mu, sigma2, top1, top1_lp = stats
+    return [TokenSignals(token_ids=tgt[r, sl].cpu().numpy().astype(np.int32),
+                         logprobs=tok_lp[r, sl].cpu().numpy().astype(np.float32),
+                         mu=mu[r, sl].cpu().numpy().astype(np.float32),
+                         sigma2=sigma2[r, sl].clamp_min(0).cpu().numpy().astype(np.float32),
+                         top1=top1[r, sl].cpu().numpy().astype(np.int8),
+                         top1_logprob=top1_lp[r, sl].cpu().numpy().astype(np.float32))
+            for r, sl in enumerate(spans)]
+
+
+def test_signals_from_stats_equals_the_per_row_split_bit_for_bit():
+    g = torch.Generator().manual_seed(3)
+    batch, length = 5, 9
+    sigma2 = torch.rand(batch, length, generator=g)
+    sigma2[0, :3] = torch.tensor([-1e-9, -0.0, 0.0])  # rounding below zero and a negative zero: clamped as before
+    stats = (torch.randn(batch, length, generator=g), torch.randn(batch, length, generator=g), sigma2,
+             torch.rand(batch, length, generator=g) > 0.5, torch.randn(batch, length, generator=g))
+    tgt = torch.randint(0, 1000, (batch, length), generator=g)
+    spans = [slice(0, 9), slice(2, 5), slice(0, 0), slice(1, 8), slice(8, 9)]
+    got, ref = signals_from_stats(stats, tgt, spans), _signals_per_row(stats, tgt, spans)
+    for a, b in zip(got, ref):
+        for field in ("token_ids", "logprobs", "mu", "sigma2", "top1", "top1_logprob"):
+            x, y = getattr(a, field), getattr(b, field)
+            assert x.dtype == y.dtype and x.shape == y.shape and x.tobytes() == y.tobytes(), field
+            assert x.base is None or x.base is not y.base  # each row owns its memory: no view of the batch
+    assert np.signbit(got[0].sigma2[1]) == np.signbit(ref[0].sigma2[1])
+
+
+def test_gpu_blocks_are_larger_and_still_tile_the_grid():
+    assert block_elements(torch.device("cpu")) == BLOCK_ELEMENTS
+    assert block_elements(torch.device("cuda")) == CUDA_BLOCK_ELEMENTS > BLOCK_ELEMENTS
+    batch, length, vocab = 256, 511, 32_000
+    cpu, gpu = _blocks(batch, length, vocab), _blocks(batch, length, vocab, CUDA_BLOCK_ELEMENTS)
+    assert len(gpu) * 100 < len(cpu)
+    covered = np.zeros((batch, length), dtype=int)
+    for rows, positions in gpu:
+        covered[rows, positions] += 1
+    assert (covered == 1).all()
