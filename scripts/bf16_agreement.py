@@ -8,8 +8,9 @@ each into its own database, then:
     python scripts/bf16_agreement.py fp32.db bf16.db            # exit 1 if any attack has ρ < 0.999
 
 Evaluations are matched on (task, model, defense, its parameters, seed, game, attack, its parameters)
-and scores on target id. Per attack it prints the smallest ρ over evaluations and the largest
-|ΔAUC|; ρ is computed with SciPy (average ranks for ties).
+and scores on target id. Per attack it prints the smallest ρ over evaluations, the largest |ΔAUC| and the
+largest |Δscore|; ρ is computed with SciPy (average ranks for ties). Any two runs of one suite compare the same
+way (eager against compiled statistics, one GPU against another).
 """
 
 from __future__ import annotations
@@ -42,8 +43,10 @@ def _load(url: str) -> dict[tuple, dict[str, tuple[int, float]]]:
 
 
 def agreement(a: dict, b: dict) -> dict[str, dict]:
-    """Per attack: evaluations compared, smallest Spearman ρ, largest |AUC difference|."""
-    per_attack: dict[str, dict] = defaultdict(lambda: {"evaluations": 0, "min_spearman": 1.0, "max_abs_dauc": 0.0})
+    """Per attack: evaluations compared, smallest Spearman ρ, largest |AUC difference|, largest |score
+    difference|."""
+    per_attack: dict[str, dict] = defaultdict(lambda: {"evaluations": 0, "min_spearman": 1.0, "max_abs_dauc": 0.0,
+                                                       "max_abs_dscore": 0.0})
     for key in sorted(set(a) & set(b), key=str):
         ids = sorted(set(a[key]) & set(b[key]))
         if len(ids) < 3:
@@ -55,6 +58,7 @@ def agreement(a: dict, b: dict) -> dict[str, dict]:
         row = per_attack[key[6]]
         row["evaluations"] += 1
         row["min_spearman"] = min(row["min_spearman"], rho)
+        row["max_abs_dscore"] = max(row["max_abs_dscore"], float(np.nanmax(np.abs(sa - sb))))
         if 0 < labels.sum() < len(labels):
             row["max_abs_dauc"] = max(row["max_abs_dauc"], abs(roc_auc_score(labels, sa) - roc_auc_score(labels, sb)))
     return dict(per_attack)
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     for attack, row in sorted(res.items()):
         passed = row["min_spearman"] >= args.min_rho
         ok &= passed
-        print(json.dumps({"attack": attack, **{k: round(v, 6) if isinstance(v, float) else v for k, v in row.items()},
+        print(json.dumps({"attack": attack, **{k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in row.items()},
                           "pass": passed}))
     print(json.dumps({"all_attacks_pass": ok, "min_rho": args.min_rho}))
     return 0 if ok else 1
