@@ -711,6 +711,10 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
 
     if method not in METHODS:
         raise ConfigError(f"measure_step_cost: unknown method {method!r}: use one of {', '.join(METHODS)}")
+    for name, value, low in (("batch", batch, 1), ("length", length, 2), ("steps", steps, 3)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            why = " (the first two steps are warm-up)" if name == "steps" else ""
+            raise ConfigError(f"measure_step_cost: {name} must be an integer >= {low}{why}, got {value!r}")
     bad = [m for m in modes if m not in GRAD_SAMPLE_MODES]
     if bad:
         raise ConfigError(f"measure_step_cost: unknown modes {bad}: use {', '.join(GRAD_SAMPLE_MODES)}")
@@ -842,25 +846,42 @@ def step_cost_table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
-if __name__ == "__main__":  # PRIVBENCH_THREADS=1 python -m defenses.dp [spec] [method|all] [--json]
+def main(argv: list[str] | None = None) -> int:
+    """``PRIVBENCH_THREADS=1 python -m defenses.dp [SPEC] [METHOD|all] [--batch B] [--length T] [--steps S] [--json]``:
+    the DP/non-DP step ratio of each grad-sample mode, in one run (docs/benchmarks.md, "DP-SGD step cost")."""
+    import argparse
     import json
     import os
     import sys
 
+    ap = argparse.ArgumentParser(prog="python -m defenses.dp",
+                                 description="Seconds per DP-SGD step against a non-private step, per method and "
+                                             "grad-sample mode, on a random-init model of SPEC.")
+    ap.add_argument("spec", nargs="?", default="nano", help="a built-in model spec or smollm2-135m-arch (default nano)")
+    ap.add_argument("method", nargs="?", default="full", help=f"one of {', '.join(METHODS)}, or all (default full)")
+    ap.add_argument("--batch", type=int, default=16, help="records per step (default 16)")
+    ap.add_argument("--length", type=int, default=128, help="tokens per record (default 128)")
+    ap.add_argument("--steps", type=int, default=12, help="steps per configuration, the first two warm-up (default 12)")
+    ap.add_argument("--json", action="store_true", help="print the measurements as JSON instead of a table")
+    args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("PRIVBENCH_THREADS", "1") or 1))
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    spec_arg = args[0] if args else "nano"
-    which = args[1] if len(args) > 1 else "full"
     try:
-        chosen = list(METHODS) if which == "all" else [which]
-        results = [measure_step_cost(spec_arg, method=m) for m in chosen]
+        chosen = list(METHODS) if args.method == "all" else [args.method]
+        results = [measure_step_cost(args.spec, method=m, batch=args.batch, length=args.length, steps=args.steps)
+                   for m in chosen]
     except ConfigError as exc:
-        sys.exit(f"error: {exc}")
-    if "--json" in sys.argv:
-        print(json.dumps(results if which == "all" else results[0], indent=1))
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(results if args.method == "all" else results[0], indent=1))
     else:
         print(step_cost_table(results))
         for r in results:
             for k, v in r.items():
                 if k.endswith("_error"):
                     print(f"{r['method']} {k}: {v}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -519,3 +519,19 @@ def test_bookkeeping_refuses_what_it_cannot_clip_exactly():
         make(rms)
     with pytest.raises(ConfigError, match="prefix with grad_sample_mode bk"):
         train_prefix(tied, [[1, 2, 3]], prefix_length=2, grad_sample_mode="bk")
+
+
+def test_step_cost_command_takes_batch_length_and_steps_and_refuses_bad_values(capsys):
+    """`python -m defenses.dp` measures at the batch the user names (on a GPU, small batches are launch-bound), and
+    a bad value stops with an error naming it, before any model is built."""
+    from defenses.dp import main
+
+    assert main(["nano", "prefix", "--batch", "2", "--length", "16", "--steps", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "batch 2 x 16 tokens" in out and out.splitlines()[1].split()[0] == "method"
+    for argv, word in ((["nano", "head", "--batch", "0"], "batch"), (["nano", "head", "--length", "1"], "length"),
+                       (["nano", "head", "--steps", "2"], "warm-up"), (["nano", "everything"], "unknown method"),
+                       (["gpt-17"], "unknown spec")):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.startswith("error: ") and word in err, (argv, err)
