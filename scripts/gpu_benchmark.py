@@ -19,6 +19,7 @@ softmax statistics over the vocabulary are not counted, so MFU is a lower bound.
 
     python scripts/gpu_benchmark.py                       # ~100M model, on CUDA if present
     python scripts/gpu_benchmark.py --bf16                # bf16 autocast (GPUs with native bf16)
+    PRIVBENCH_COMPILE=1 python scripts/gpu_benchmark.py --bf16 --compile-model   # compiled statistics and model
     python scripts/gpu_benchmark.py --preset tiny --n-texts 64 --seq-len 128   # CPU dry run
 """
 
@@ -94,6 +95,10 @@ def main() -> None:
     ap.add_argument("--bf16", action="store_true", help="bf16 autocast (ignored where bf16 is not native)")
     ap.add_argument("--peak-tflops", type=float, default=None, help="device peak for MFU (default: known GPUs)")
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--compile-model", action="store_true",
+                    help="torch.compile the model (dynamic shapes) before scoring: how far a compiled forward lifts "
+                         "MFU, which the eager Hugging Face forward caps (docs/benchmarks.md); privbench's own "
+                         "scoring path does not compile the model")
     args = ap.parse_args()
     set_threads()
     if torch.cuda.is_available():
@@ -102,6 +107,8 @@ def main() -> None:
     bf16 = args.bf16 and bf16_supported(device)
     model, cfg = build_model(args.preset, args.seq_len, device)
     fpt, n_matmul, n_params = flops_per_token(model, cfg, args.seq_len)
+    if args.compile_model:
+        model = torch.compile(model, dynamic=True)
     tok = word_tokenizer(cfg.vocab_size)
     rng = random.Random(0)
     n_words = args.seq_len - 1  # + BOS = seq_len tokens per text
@@ -145,6 +152,7 @@ def main() -> None:
         "bare_forward_seconds": round(bare_best, 3), "bare_forward_tokens_per_s": round(bare_tps, 1),
         "bare_forward_mfu": None if peak is None else round(bare_tps * fpt / (peak * 1e12), 4),
         "score_vs_bare": round(tps / bare_tps, 3), "compiled_stats": compile_enabled(),
+        "compiled_model": args.compile_model,
     }
     if device.type == "cuda":
         result["max_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)
