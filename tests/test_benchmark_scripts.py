@@ -1,0 +1,52 @@
+"""scripts/gpu_benchmark.py, the GPU measurement of docs/benchmarks.md, run as a CPU dry run: it scores, times the
+bare forward on the same batches, and counts FLOPs as its docstring says (2N + 2·L·T·d, N without the input
+embedding), checked against a count made here from the model's own layers."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "gpu_benchmark.py"
+
+
+def _module():
+    sys.path.insert(0, str(SCRIPT.parent))  # the script imports its sibling scripts/benchmark.py
+    try:
+        spec = importlib.util.spec_from_file_location("gpu_benchmark", SCRIPT)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        return mod
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+
+
+def test_flops_per_token_counts_the_forward_matmuls():
+    mod = _module()
+    model, cfg = mod.build_model("tiny", 64, torch.device("cpu"))
+    fpt, n, n_all = mod.flops_per_token(model, cfg, 64)
+    emb = model.get_input_embeddings().weight.numel()
+    assert n_all == sum(p.numel() for p in model.parameters()) and n == n_all - emb
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    assert linear <= n < linear + 0.05 * n  # N is the matmul weights, plus biases and norms (a few percent)
+    assert fpt == 2 * n + 2 * cfg.num_hidden_layers * 64 * cfg.hidden_size
+
+
+def test_dry_run_reports_scoring_beside_the_bare_forward():
+    env = {k: v for k, v in os.environ.items() if k != "PRIVBENCH_COMPILE"}
+    env.update(PRIVBENCH_THREADS="1", PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--preset", "tiny", "--n-texts", "12", "--seq-len", "32",
+                           "--device", "cpu", "--repeats", "1"], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["texts"] == 12 and out["seq_len"] == 32 and out["mfu"] is None  # no peak known for a CPU
+    assert out["tokens_per_s"] > 0 and out["bare_forward_tokens_per_s"] > 0
+    assert abs(out["score_vs_bare"] - out["tokens_per_s"] / out["bare_forward_tokens_per_s"]) < 0.01
+    assert out["compiled_model"] is False and out["compiled_stats"] is False
