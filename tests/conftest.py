@@ -40,14 +40,15 @@ def db_url(request, tmp_path):
 # Test tiers, by module: `pytest -m unit` (no model trained, seconds), `-m integration` (tiny models trained in
 # process), `-m e2e` (the CLI in subprocesses, the sandbox, a browser, Ray). A module not listed is a unit module.
 E2E = {"test_smoke_suite", "test_leaderboard_e2e", "test_submit", "test_fault_injection", "test_executors",
-       "test_bad_inputs", "test_cli_errors", "test_validate", "test_data_cli", "test_distance", "test_ray_cluster"}
+       "test_bad_inputs", "test_cli_errors", "test_validate", "test_data_cli", "test_distance", "test_ray_cluster",
+       "test_benchmark_scripts"}
 INTEGRATION = {"test_runner", "test_dp", "test_naf", "test_guard", "test_hush", "test_mitigations", "test_prefix",
                "test_self_prompt", "test_fair_game", "test_dishonest_attack", "test_utility", "test_matching",
                "test_plan", "test_library_api", "test_conformance", "test_rmia", "test_lm_eval_adapter",
                "test_device", "test_users_secrets", "test_units", "test_canaries", "test_names2ids",
                "test_extraction", "test_leaderboard", "test_compare", "test_report", "test_user_files",
                "test_hub_loaders", "test_pile_subsets", "test_corpus", "test_exposure", "test_hush_world",
-               "test_generation_batched", "test_gguf_cache", "test_audit_canaries"}
+               "test_generation_batched", "test_gguf_cache", "test_audit_canaries", "test_scoring_host"}
 
 
 def pytest_collection_modifyitems(config, items):
