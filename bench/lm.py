@@ -322,10 +322,7 @@ class HFLanguageModel(LanguageModel):
 
     # -- tokenisation ----------------------------------------------------------------------------
     def encode(self, text: str) -> list[int]:
-        ids = self._tok(text, add_special_tokens=False)["input_ids"]
-        if self.add_bos:
-            ids = [self._tok.bos_token_id] + ids
-        return ids[: self.max_length]
+        return self.encode_many([text])[0]
 
     def encode_many(self, texts: Sequence[str]) -> list[list[int]]:
         """``[encode(t) for t in texts]`` in one tokenizer call: a fast tokenizer encodes a list in parallel,

@@ -26,6 +26,12 @@ def tokenizer(tmp_path_factory):
     return AutoTokenizer.from_pretrained(out)
 
 
+def _one_at_a_time(tokenizer, texts, *, max_length: int, add_bos: bool) -> list[list[int]]:
+    """The per-text encoding scoring used before: one tokenizer call per text, BOS, then truncation."""
+    bos = [tokenizer.bos_token_id] if add_bos else []
+    return [(bos + tokenizer(t, add_special_tokens=False)["input_ids"])[:max_length] for t in texts]
+
+
 def _lm(tokenizer, *, max_length: int, add_bos: bool = True) -> HFLanguageModel:
     model = torch.nn.Linear(1, 1)  # only the tokenizer side is exercised
     return HFLanguageModel(model, tokenizer, fingerprint="host-side", max_length=max_length, add_bos=add_bos)
@@ -35,7 +41,8 @@ def _lm(tokenizer, *, max_length: int, add_bos: bool = True) -> HFLanguageModel:
 @pytest.mark.parametrize("add_bos", [True, False])
 def test_encode_many_equals_encoding_one_text_at_a_time(tokenizer, max_length, add_bos):
     lm = _lm(tokenizer, max_length=max_length, add_bos=add_bos)
-    assert lm.encode_many(TEXTS) == [lm.encode(t) for t in TEXTS]
+    ref = _one_at_a_time(tokenizer, TEXTS, max_length=max_length, add_bos=add_bos)
+    assert lm.encode_many(TEXTS) == ref and [lm.encode(t) for t in TEXTS] == ref
     assert lm.encode_many([]) == []
     assert any(len(e) == max_length for e in lm.encode_many(TEXTS))  # truncation is exercised
 
@@ -53,7 +60,8 @@ def test_encode_many_equals_one_at_a_time_for_smollm2():
         pytest.skip(str(exc))
     tok = AutoTokenizer.from_pretrained(spec.hf_id, gguf_file=spec.gguf_file)
     lm = _lm(tok, max_length=128)
-    assert lm.encode_many(TEXTS) == [lm.encode(t) for t in TEXTS]
+    ref = _one_at_a_time(tok, TEXTS, max_length=128, add_bos=lm.add_bos)
+    assert lm.encode_many(TEXTS) == ref and [lm.encode(t) for t in TEXTS] == ref
 
 
 def _right_padded_per_row(seqs, pad):
