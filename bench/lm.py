@@ -12,6 +12,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -97,9 +98,37 @@ def signals_from_stats(stats: tuple[torch.Tensor, ...], tgt: torch.Tensor, spans
 
     Each statistic crosses to the host once per batch and is cut into rows there: cutting on the device first
     costs six device-to-host copies (and synchronisations) per row."""
+    return signals_from_host(stats_to_host(stats, tgt), spans)
+
+
+class HostStats(NamedTuple):
+    """A batch's statistics on their way to the host: the copies may still be in flight until ``ready``."""
+    arrays: tuple[torch.Tensor, ...]  # log p, μ, σ² (clamped at 0), top-1, top-1 log p, targets: CPU tensors
+    ready: torch.cuda.Event | None  # recorded after the copies on a CUDA stream; None where they were synchronous
+
+
+def stats_to_host(stats: tuple[torch.Tensor, ...], tgt: torch.Tensor) -> HostStats:
+    """Start the copy of a batch's statistics and targets to the host without waiting for it.
+
+    From a GPU the copies go to pinned memory asynchronously, so the scoring loop can queue the next batch's
+    forward pass before it waits for them: the card computes batch i + 1 while the host cuts batch i into rows
+    (:func:`signals_from_host`). On a CPU the copies are no-ops and nothing changes."""
     tok_lp, mu, sigma2, top1, top1_lp = stats
-    tok_lp, mu, sigma2, top1, top1_lp, ids = (x.cpu().numpy() for x in (tok_lp, mu, sigma2.clamp_min(0), top1,
-                                                                          top1_lp, tgt))
+    tensors = (tok_lp, mu, sigma2.clamp_min(0), top1, top1_lp, tgt)
+    if tgt.device.type != "cuda":
+        return HostStats(tuple(x.cpu() for x in tensors), None)
+    arrays = tuple(x.to("cpu", non_blocking=True) for x in tensors)  # pinned destinations, asynchronous copies
+    ready = torch.cuda.Event()
+    ready.record(torch.cuda.current_stream(tgt.device))
+    return HostStats(arrays, ready)
+
+
+def signals_from_host(staged: HostStats, spans: Sequence[slice]) -> list[TokenSignals]:
+    """Cut a batch's host copies (:func:`stats_to_host`) into one :class:`TokenSignals` per row, once they
+    have arrived."""
+    if staged.ready is not None:
+        staged.ready.synchronize()
+    tok_lp, mu, sigma2, top1, top1_lp, ids = (x.numpy() for x in staged.arrays)
     return [TokenSignals(token_ids=ids[r, sl].astype(np.int32),
                          logprobs=tok_lp[r, sl].astype(np.float32),
                          mu=mu[r, sl].astype(np.float32),
@@ -396,15 +425,25 @@ class HFLanguageModel(LanguageModel):
         it = batches
         if self.progress and len(batches) > 4:
             it = tqdm(batches, desc="scoring", unit="batch", leave=False)
-        for batch in it:
+        pending: tuple[list[int], list[slice], HostStats] | None = None
+
+        def finish(batch: list[int], spans: list[slice], staged: HostStats) -> None:
+            for i, sig in zip(batch, signals_from_host(staged, spans)):
+                out[keys[i]] = sig
+
+        for batch in it:  # batch i's rows are cut on the host after batch i + 1 is queued on the device
             ids, mask = right_padded([encoded[i] for i in batch], pad, self.device)
             with self._autocast():
                 logits = self._model(input_ids=ids, attention_mask=mask).logits
             # position j of the shifted arrays predicts token j+1; keep the text's tokens only
             spans = [slice(max(starts[i] - 1, 0), len(encoded[i]) - 1) for i in batch]
-            stats = stats_from_logits(logits[:, :-1], ids[:, 1:])
-            for i, sig in zip(batch, signals_from_stats(stats, ids[:, 1:], spans)):
-                out[keys[i]] = sig
+            staged = stats_to_host(stats_from_logits(logits[:, :-1], ids[:, 1:]), ids[:, 1:])
+            del logits
+            if pending is not None:
+                finish(*pending)
+            pending = (batch, spans, staged)
+        if pending is not None:
+            finish(*pending)
         return out
 
     @torch.no_grad()

@@ -124,3 +124,36 @@ def test_gpu_blocks_are_larger_and_still_tile_the_grid():
     for rows, positions in gpu:
         covered[rows, positions] += 1
     assert (covered == 1).all()
+
+
+@pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+def test_pipelined_scoring_equals_scoring_one_batch_after_another(tokenizer, device):
+    """The scoring loop cuts batch i into rows only after batch i + 1 is queued (bench.lm.stats_to_host; on a GPU
+    the copies are asynchronous): the signals, and which text each lands on, equal the loop that finishes each
+    batch before the next."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from bench.lm import stats_from_logits
+    torch.manual_seed(0)
+    cfg = GPTNeoXConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64, tie_word_embeddings=False)
+    dev = torch.device(device)
+    model = GPTNeoXForCausalLM(cfg).eval().to(dev)
+    lm = HFLanguageModel(model, tokenizer, fingerprint="pipelined", max_length=64, batch_size=3, device=dev)
+    texts = [t for t in TEXTS if t] + ["the cat sat", "def f7(x): return x + 7", "mat number 5"]
+    keys = [f"k{i}" for i in range(len(texts))]
+    got = lm._compute_signals(keys, texts)
+    encoded = lm.encode_many(texts)
+    order = sorted(range(len(texts)), key=lambda i: -len(encoded[i]))
+    ref = {}
+    with torch.no_grad():
+        for b in range(0, len(order), 3):
+            batch = order[b:b + 3]
+            ids, mask = right_padded([encoded[i] for i in batch], tokenizer.pad_token_id, dev)
+            stats = stats_from_logits(model(input_ids=ids, attention_mask=mask).logits[:, :-1], ids[:, 1:])
+            spans = [slice(0, len(encoded[i]) - 1) for i in batch]
+            ref.update(zip((keys[i] for i in batch), signals_from_stats(stats, ids[:, 1:], spans)))
+    assert len(order) > 2 * 3 and set(got) == set(ref) == set(keys)  # several batches, every text once
+    for k in keys:
+        for field in ("token_ids", "logprobs", "mu", "sigma2", "top1", "top1_logprob"):
+            assert getattr(got[k], field).tobytes() == getattr(ref[k], field).tobytes(), (k, field)
