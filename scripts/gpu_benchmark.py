@@ -85,6 +85,33 @@ def peak_tflops(device: torch.device, bf16: bool, override: float | None) -> flo
     return None
 
 
+def _timed(fn, *args) -> float:
+    t0 = time.perf_counter()
+    fn(*args)
+    return time.perf_counter() - t0
+
+
+def write_profile(path: str, lm: HFLanguageModel, texts: list[str], result: dict) -> None:
+    """Kernel tables of one batch of scoring and one of the bare forward: where the time the MFU leaves goes
+    (the vocabulary-wide passes, the attention kernel, launches) is read here, not guessed."""
+    from torch.profiler import ProfilerActivity, profile
+    cuda = lm.device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    sort = "self_cuda_time_total" if cuda else "self_cpu_time_total"
+    sections = [f"# {json.dumps({k: result[k] for k in ('device', 'preset', 'bf16', 'batch_size_used')})}"]
+    for name, run in (("scoring", lambda: lm._compute_signals([str(i) for i in range(len(texts))], texts)),
+                      ("bare_forward", lambda: bare_forward(lm, texts))):
+        run()  # warm: the profile shows the steady state, not first-call allocation
+        with profile(activities=activities) as prof:
+            run()
+            if cuda:
+                torch.cuda.synchronize(lm.device)
+        sections.append(f"## {name}: one batch of {len(texts)} texts\n"
+                        + prof.key_averages().table(sort_by=sort, row_limit=25, max_name_column_width=60))
+    with open(path, "w") as fh:
+        fh.write("\n\n".join(sections) + "\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="100m")
@@ -99,6 +126,9 @@ def main() -> None:
                     help="torch.compile the model (dynamic shapes) before scoring: how far a compiled forward lifts "
                          "MFU, which the eager Hugging Face forward caps (docs/benchmarks.md); privbench's own "
                          "scoring path does not compile the model")
+    ap.add_argument("--profile", metavar="PATH", default=None,
+                    help="after timing, profile one batch of scoring and one of the bare forward with "
+                         "torch.profiler and write each one's kernel table (top 25 by device time) to PATH")
     args = ap.parse_args()
     set_threads()
     if torch.cuda.is_available():
@@ -139,6 +169,7 @@ def main() -> None:
         dt = time.perf_counter() - t0
         bare_best = dt if bare_best is None else min(bare_best, dt)
     assert n_bare == n_tok, (n_bare, n_tok)
+    tok_best = min(_timed(lm.encode_many, texts) for _ in range(args.repeats))  # inside both timings above
     bare_tps = n_tok / bare_best
     peak = peak_tflops(device, bf16, args.peak_tflops)
     result = {
@@ -151,9 +182,14 @@ def main() -> None:
         "peak_tflops": peak, "mfu": None if peak is None else round(tps * fpt / (peak * 1e12), 4),
         "bare_forward_seconds": round(bare_best, 3), "bare_forward_tokens_per_s": round(bare_tps, 1),
         "bare_forward_mfu": None if peak is None else round(bare_tps * fpt / (peak * 1e12), 4),
-        "score_vs_bare": round(tps / bare_tps, 3), "compiled_stats": compile_enabled(),
+        "score_vs_bare": round(tps / bare_tps, 3),
+        "tokenize_seconds": round(tok_best, 3),  # host work inside both timings, on the CPU, before any batch runs
+        "mfu_excluding_tokenization": None if peak is None else round(n_tok / (best - tok_best) * fpt / (peak * 1e12),
+                                                                      4), "compiled_stats": compile_enabled(),
         "compiled_model": args.compile_model,
     }
+    if args.profile:
+        write_profile(args.profile, lm, texts[:lm.batch_size], result)
     if device.type == "cuda":
         result["max_memory_gib"] = round(torch.cuda.max_memory_allocated(device) / 2 ** 30, 2)
     del lm, model

@@ -39,14 +39,18 @@ def test_flops_per_token_counts_the_forward_matmuls():
     assert fpt == 2 * n + 2 * cfg.num_hidden_layers * 64 * cfg.hidden_size
 
 
-def test_dry_run_reports_scoring_beside_the_bare_forward():
+def test_dry_run_reports_scoring_beside_the_bare_forward(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PRIVBENCH_COMPILE"}
     env.update(PRIVBENCH_THREADS="1", PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, str(SCRIPT), "--preset", "tiny", "--n-texts", "12", "--seq-len", "32",
-                           "--device", "cpu", "--repeats", "1"], capture_output=True, text=True, env=env, timeout=300)
+                           "--device", "cpu", "--repeats", "1", "--profile", str(tmp_path / "profile.txt")],
+                          capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["texts"] == 12 and out["seq_len"] == 32 and out["mfu"] is None  # no peak known for a CPU
     assert out["tokens_per_s"] > 0 and out["bare_forward_tokens_per_s"] > 0
     assert abs(out["score_vs_bare"] - out["tokens_per_s"] / out["bare_forward_tokens_per_s"]) < 0.01
     assert out["compiled_model"] is False and out["compiled_stats"] is False
+    assert 0 < out["tokenize_seconds"] < out["seconds"] and out["mfu_excluding_tokenization"] is None
+    tables = (tmp_path / "profile.txt").read_text()
+    assert "## scoring" in tables and "## bare_forward" in tables and "aten::" in tables
