@@ -14,11 +14,12 @@ the micro model. Here:
   every statistic is a per-position reduction over the vocabulary, computed by the same kernels on the same
   values (tests/test_logit_stats.py checks equality with the unblocked passes). On a GPU the blocks are 128
   times larger (:data:`CUDA_BLOCK_ELEMENTS`): there they only bound the memory of the temporaries.
-* compiled (``PRIVBENCH_COMPILE=1``): the same formulas from the logits in one ``torch.compile`` kernel
-  (inductor fuses the softmax, both moments and the arg-max into about two reads of the logits); the first
-  call in a process compiles for about 20 s on the 2-core machine, so it pays off only for long scoring runs.
+* compiled (``PRIVBENCH_COMPILE=1``): the statistics from the logits in one ``torch.compile`` kernel of two
+  sweeps over the vocabulary (the arg-max, then the sum of exp and the first two moments of the shifted
+  logits, accumulated in float64: :func:`_fused`); the first call in a process compiles for about 20 s on the
+  2-core machine, so it pays off only for long scoring runs.
 
-Both agree with the naive formulas to about 5e-6 in fp32 (tests/test_logit_stats.py).
+Both agree with the naive formulas in float64 to about 5e-6 (tests/test_logit_stats.py).
 """
 
 from __future__ import annotations
@@ -60,17 +61,25 @@ def stats_from_logprobs(logp: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Te
 
 
 def _fused(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The compiled kernel's formulas: two sweeps over the vocabulary instead of four.
+
+    With d = z − max z ≤ 0 and e = exp d, s = Σe: log p = d − log s, so μ = E_p[d] − log s and σ² = Var_p(d) =
+    E_p[d²] − E_p[d]², and E_p[d], E_p[d²] are sums in the same sweep as s. The centred form that the eager passes
+    keep needs μ before the sweep that computes σ² (four sweeps, as inductor schedules them); the uncentred one
+    loses digits to cancellation when E_p[d]² ≫ σ² (mass far below the arg-max), up to 2e-5 in fp32, so the three
+    sums accumulate in float64. That is more exact than the centred form in fp32 (tests/test_logit_stats.py) and
+    faster (docs/benchmarks.md, "GPU: NVIDIA H200")."""
     z = logits.float()
     zmax, arg = z.max(-1)
-    e = (z - zmax.unsqueeze(-1)).exp()
-    s = e.sum(-1, keepdim=True)
-    lse = zmax.unsqueeze(-1) + s.log()
-    logp = z - lse
-    p = e / s
-    mu = (p * logp).sum(-1)
-    sigma2 = (p * (logp - mu.unsqueeze(-1)).square()).sum(-1)
-    tok_lp = logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1)
-    return tok_lp, mu, sigma2, arg == tgt, zmax - lse.squeeze(-1)
+    d = z - zmax.unsqueeze(-1)
+    e = d.exp()
+    d64, e64 = d.double(), e.double()
+    s = e64.sum(-1)
+    m1 = (e64 * d64).sum(-1) / s
+    m2 = (e64 * d64.square()).sum(-1) / s
+    log_s = s.log()
+    tok_lp = d.gather(-1, tgt.unsqueeze(-1)).squeeze(-1) - log_s
+    return (tok_lp.float(), (m1 - log_s).float(), (m2 - m1.square()).float(), arg == tgt, (-log_s).float())
 
 
 def _blocks(batch: int, length: int, vocab: int, elements: int | None = None) -> list[tuple[slice, slice]]:

@@ -17,12 +17,12 @@ def _naive(logits: torch.Tensor, tgt: torch.Tensor) -> tuple[torch.Tensor, ...]:
     return (logp.gather(-1, tgt.unsqueeze(-1)).squeeze(-1), mu, sigma2, logp.argmax(-1) == tgt, logp.amax(-1))
 
 
-@pytest.mark.parametrize("scale", [0.01, 1.0, 8.0])  # near-uniform (σ² ≈ 0), typical, peaked
-@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("scale", [0.01, 1.0, 8.0, None])  # near-uniform (σ² ≈ 0), typical, peaked; None: mass
+@pytest.mark.parametrize("compiled", [False, True])           # far below the arg-max
 def test_stats_match_the_naive_formulas(scale, compiled, monkeypatch):
     monkeypatch.setenv("PRIVBENCH_COMPILE", "1" if compiled else "0")
     g = torch.Generator().manual_seed(0)
-    logits = torch.randn(3, 17, 4096, generator=g) * scale
+    logits = torch.randn(3, 17, 4096, generator=g) * scale if scale else _mass_far_below_the_argmax(3, 17, 4096)
     tgt = torch.randint(0, 4096, (3, 17), generator=g)
     tgt[0, :5] = logits[0, :5].argmax(-1)  # some positions where the target is the greedy token
     ref = _naive(logits, tgt)
@@ -35,6 +35,31 @@ def test_stats_match_the_naive_formulas(scale, compiled, monkeypatch):
                 assert a.dtype == torch.float32, name
                 assert (a.double() - b).abs().max() <= 1e-5, (name, float((a.double() - b).abs().max()))
     assert bool(ref[3][0, :5].all()) and not bool(ref[3].all())
+
+
+def _mass_far_below_the_argmax(batch: int = 2, length: int = 33, vocab: int = 32_000) -> torch.Tensor:
+    """One arg-max logit 5 above 31,999 others: nearly all mass sits 5 nats below the maximum, E_p[d]² ≈ 25 ≫
+    σ² ≈ 0.18, where the uncentred variance loses digits to cancellation."""
+    g = torch.Generator().manual_seed(1)
+    logits = torch.full((batch, length, vocab), -5.0) + 0.1 * torch.randn(batch, length, vocab, generator=g)
+    logits[..., 0] = 0.0
+    return logits
+
+
+def test_compiled_variance_keeps_its_digits_where_the_uncentred_form_loses_them(monkeypatch):
+    """The compiled kernel's one-sweep moments accumulate in float64 (bench.logit_stats._fused): the same
+    formula accumulated in fp32 misses σ² by more than the 1e-5 every statistic must meet."""
+    monkeypatch.setenv("PRIVBENCH_COMPILE", "1")
+    logits = _mass_far_below_the_argmax()
+    tgt = torch.zeros(2, 33, dtype=torch.long)
+    ref = _naive(logits, tgt)[2]
+    got = stats_from_logits(logits, tgt)[2]
+    assert (got.double() - ref).abs().max() <= 1e-6
+    d = logits - logits.amax(-1, keepdim=True)
+    e = d.exp()
+    s = e.sum(-1)
+    m1, m2 = (e * d).sum(-1) / s, (e * d * d).sum(-1) / s
+    assert (m2 - m1 * m1 - ref).abs().max() > 1e-5  # the fp32 accumulation this guards against
 
 
 @pytest.mark.parametrize("shape", [(8, 127, 8192), (3, 40, 4096), (2, 43, 49152), (2, 45, 49152), (26, 1, 40960),
