@@ -434,7 +434,7 @@ class HFLanguageModel(LanguageModel):
         for batch in it:  # batch i's rows are cut on the host after batch i + 1 is queued on the device
             ids, mask = right_padded([encoded[i] for i in batch], pad, self.device)
             with self._autocast():
-                logits = self._model(input_ids=ids, attention_mask=mask).logits
+                logits = self._model(input_ids=ids, attention_mask=mask, use_cache=False).logits
             # position j of the shifted arrays predicts token j+1; keep the text's tokens only
             spans = [slice(max(starts[i] - 1, 0), len(encoded[i]) - 1) for i in batch]
             staged = stats_to_host(stats_from_logits(logits[:, :-1], ids[:, 1:]), ids[:, 1:])
@@ -453,7 +453,7 @@ class HFLanguageModel(LanguageModel):
             chunk = [self.encode(p) for p in prefixes[start:start + self.batch_size]]
             ids, mask, pos = left_padded(chunk, self._tok.pad_token_id or 0, self.device)
             with self._autocast():
-                logits = self._model(input_ids=ids, attention_mask=mask, position_ids=pos).logits
+                logits = self._model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=False).logits
             rows.append(torch.log_softmax(logits[:, -1].float(), -1).cpu().numpy())
         return np.concatenate(rows) if rows else np.zeros((0, 0), np.float32)
 

@@ -84,7 +84,7 @@ def bare_forward(lm: HFLanguageModel, texts: list[str]) -> int:
     for i in range(0, len(order), lm.batch_size):
         ids, mask = right_padded([encoded[j] for j in order[i:i + lm.batch_size]], pad, lm.device)
         with lm._autocast():  # the scoring handle's precision (bf16 autocast where it scores in bf16)
-            logits = model(input_ids=ids, attention_mask=mask).logits
+            logits = model(input_ids=ids, attention_mask=mask, use_cache=False).logits
         lp = torch.log_softmax(logits[:, :-1].float(), dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1))
         lp.cpu()
     return sum(len(e) for e in encoded)

@@ -129,8 +129,8 @@ def test_gpu_blocks_are_larger_and_still_tile_the_grid():
 @pytest.mark.parametrize("device", ["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
 def test_pipelined_scoring_equals_scoring_one_batch_after_another(tokenizer, device):
     """The scoring loop cuts batch i into rows only after batch i + 1 is queued (bench.lm.stats_to_host; on a GPU
-    the copies are asynchronous): the signals, and which text each lands on, equal the loop that finishes each
-    batch before the next."""
+    the copies are asynchronous) and calls the model without a key/value cache: the signals, and which text each
+    lands on, equal the loop that finishes each batch before the next with the model's default call."""
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     from bench.lm import stats_from_logits
@@ -150,6 +150,7 @@ def test_pipelined_scoring_equals_scoring_one_batch_after_another(tokenizer, dev
         for b in range(0, len(order), 3):
             batch = order[b:b + 3]
             ids, mask = right_padded([encoded[i] for i in batch], tokenizer.pad_token_id, dev)
+            # the model's default call (it builds a key/value cache, which scoring skips): the same logits
             stats = stats_from_logits(model(input_ids=ids, attention_mask=mask).logits[:, :-1], ids[:, 1:])
             spans = [slice(0, len(encoded[i]) - 1) for i in batch]
             ref.update(zip((keys[i] for i in batch), signals_from_stats(stats, ids[:, 1:], spans)))
