@@ -184,9 +184,9 @@ def main() -> None:
         "bare_forward_mfu": None if peak is None else round(bare_tps * fpt / (peak * 1e12), 4),
         "score_vs_bare": round(tps / bare_tps, 3),
         "tokenize_seconds": round(tok_best, 3),  # host work inside both timings, on the CPU, before any batch runs
-        "mfu_excluding_tokenization": None if peak is None else round(n_tok / (best - tok_best) * fpt / (peak * 1e12),
-                                                                      4), "compiled_stats": compile_enabled(),
-        "compiled_model": args.compile_model,
+        "mfu_excluding_tokenization": (None if peak is None
+                                       else round(n_tok / (best - tok_best) * fpt / (peak * 1e12), 4)),
+        "compiled_stats": compile_enabled(), "compiled_model": args.compile_model,
     }
     if args.profile:
         write_profile(args.profile, lm, texts[:lm.batch_size], result)
