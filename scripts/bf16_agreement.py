@@ -78,8 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     for attack, row in sorted(res.items()):
         passed = row["min_spearman"] >= args.min_rho
         ok &= passed
-        print(json.dumps({"attack": attack, **{k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in row.items()},
-                          "pass": passed}))
+        shown = {k: float(f"{v:.6g}") if isinstance(v, float) else v for k, v in row.items()}
+        print(json.dumps({"attack": attack, **shown, "pass": passed}))
     print(json.dumps({"all_attacks_pass": ok, "min_rho": args.min_rho}))
     return 0 if ok else 1
 
