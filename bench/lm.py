@@ -81,6 +81,27 @@ def length_sorted_batches(lengths: Sequence[int], rows_at: Callable[[int], int])
     return batches
 
 
+def scoring_batches(order: Sequence[int], lengths: Sequence[int], batch_size: int, max_tokens: int
+                    ) -> list[list[int]]:
+    """``order`` (longest first) in chunks of ``batch_size`` rows, consecutive chunks of the same padded length
+    joined while the joined batch stays within ``max_tokens`` tokens.
+
+    Every row is padded to the length it has in its ``batch_size`` chunk, as in one forward pass per chunk; only
+    the number of rows per forward pass grows. That is what makes short texts (canaries, Names2IDs records, exposure
+    references of a few tokens) cheap: eight 9-token rows are too little work to amortise a forward pass."""
+    batches: list[list[int]] = []
+    width = -1  # the padded length of the last batch
+    for start in range(0, len(order), batch_size):
+        chunk = list(order[start:start + batch_size])
+        longest = max(lengths[i] for i in chunk)
+        if batches and longest == width and (len(batches[-1]) + len(chunk)) * longest <= max_tokens:
+            batches[-1].extend(chunk)
+        else:
+            batches.append(chunk)
+            width = longest
+    return batches
+
+
 def signals_from_logprobs(logp: torch.Tensor, tgt: torch.Tensor, spans: Sequence[slice]) -> list[TokenSignals]:
     """Per-token signals of a batch from its next-token log-distributions ``logp`` (fp32, batch × T × V).
 
@@ -421,7 +442,7 @@ class HFLanguageModel(LanguageModel):
     def _score_batches(self, order: list[int], encoded: list[list[int]], starts: list[int], keys: list[str],
                        pad: int, batch_size: int) -> dict[str, TokenSignals]:
         out: dict[str, TokenSignals] = {}
-        batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+        batches = scoring_batches(order, [len(e) for e in encoded], batch_size, batch_size * self.max_length)
         it = batches
         if self.progress and len(batches) > 4:
             it = tqdm(batches, desc="scoring", unit="batch", leave=False)

@@ -158,3 +158,66 @@ def test_pipelined_scoring_equals_scoring_one_batch_after_another(tokenizer, dev
     for k in keys:
         for field in ("token_ids", "logprobs", "mu", "sigma2", "top1", "top1_logprob"):
             assert getattr(got[k], field).tobytes() == getattr(ref[k], field).tobytes(), (k, field)
+
+
+def _fixed_chunks(order, batch_size):
+    return [list(order[i:i + batch_size]) for i in range(0, len(order), batch_size)]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_scoring_batches_keep_every_rows_padded_length(seed):
+    """Joining chunks changes how many rows a forward pass holds, never the length a row is padded to, and stays
+    within the token budget (the memory bound of one batch_size × max_length batch)."""
+    from bench.lm import scoring_batches
+    rng = np.random.default_rng(seed)
+    lengths = list(rng.choice([1, 2, 3, 9, 9, 9, 17, 64], size=int(rng.integers(1, 300))))
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batch_size, max_length = int(rng.integers(1, 9)), 64
+    budget = batch_size * max_length
+    chunks = _fixed_chunks(order, batch_size)
+    padded = {i: max(lengths[j] for j in c) for c in chunks for i in c}
+    got = scoring_batches(order, lengths, batch_size, budget)
+    assert [i for b in got for i in b] == order
+    for b in got:
+        width = max(lengths[i] for i in b)
+        assert all(padded[i] == width for i in b)
+        assert len(b) <= batch_size or len(b) * width <= budget
+    # chunks of one padded length are joined as far as the budget allows: where a batch of the same padded length
+    # follows another, its first chunk did not fit
+    for a, b in zip(got, got[1:]):
+        wa, wb = max(lengths[i] for i in a), max(lengths[i] for i in b)
+        assert wa != wb or (len(a) + min(batch_size, len(b))) * wa > budget
+
+
+def test_short_texts_share_a_forward_pass_and_score_as_in_fixed_chunks(tokenizer, monkeypatch):
+    """Many short texts (exposure references, Names2IDs records) are scored many chunks to a forward pass; every
+    signal equals scoring one batch_size chunk at a time (within 1e-6: a forward pass of more rows may use
+    another matrix-product kernel; on the reference CPUs the bits were the same, docs/benchmarks.md)."""
+    import bench.lm as lm_module
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+    torch.manual_seed(0)
+    cfg = GPTNeoXConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=64, tie_word_embeddings=False)
+    model = GPTNeoXForCausalLM(cfg).eval()
+    texts = [f"line {i}: the cat" for i in range(40)] + [f"mat number {i % 13}" for i in range(30)] + TEXTS[1:]
+    keys = [f"k{i}" for i in range(len(texts))]
+    seen: list[int] = []
+    real = lm_module.scoring_batches
+
+    def spy(*args):
+        batches = real(*args)
+        seen.extend(len(b) for b in batches)
+        return batches
+
+    monkeypatch.setattr(lm_module, "scoring_batches", spy)
+    got = HFLanguageModel(model, tokenizer, fingerprint="joined", max_length=64, batch_size=4)._compute_signals(
+        keys, texts)
+    assert max(seen) > 4 and sum(seen) == len(texts)  # joined: more rows than batch_size in one pass
+    monkeypatch.setattr(lm_module, "scoring_batches", lambda order, lengths, bs, budget: _fixed_chunks(order, bs))
+    ref = HFLanguageModel(model, tokenizer, fingerprint="chunks", max_length=64, batch_size=4)._compute_signals(
+        keys, texts)
+    for k in keys:
+        for field in ("token_ids", "top1"):
+            assert np.array_equal(getattr(got[k], field), getattr(ref[k], field)), (k, field)
+        for field in ("logprobs", "mu", "sigma2", "top1_logprob"):
+            np.testing.assert_allclose(getattr(got[k], field), getattr(ref[k], field), rtol=0, atol=1e-6)
