@@ -56,6 +56,13 @@ class ExposureAttack(Attack):
         Param("seed", int, 0, "seed of the reference draw", low=0),
     )
 
+    def check_task(self, public_format, unit: str) -> None:
+        """Canary tasks only: the references are drawn from the targets' public canary format."""
+        kind = (public_format or {}).get("kind")
+        if kind not in ("canary_prefix", "random_words"):
+            raise CapabilityError(f"exposure needs a canary task (canaries, random_word_canaries); this task's public "
+                                  f"format is {kind!r}: drop exposure from the suite or use a canary task")
+
     def _references(self, fmt, text: str) -> list[str]:
         from tasks.canaries import random_word_references_for, references_for
         n = self.n_references or fmt.get("n_references", 256)

@@ -222,11 +222,17 @@ class PIIExtractionAttack(ExtractionAttack):
               "(a token of a correct continuation holds at least one character)", low=1, nullable=True),
     )
 
+    def check_task(self, public_format, unit: str) -> None:
+        """PII tasks only (names2ids): the prompts are built from the targets' public template."""
+        if not public_format or public_format.get("kind") != "pii":
+            raise CapabilityError(f"pii_extraction needs a PII task (names2ids); this task's public format is "
+                                  f"{(public_format or {}).get('kind')!r}: drop pii_extraction from the suite or use "
+                                  f"a PII task")
+        _pii_parser(public_format)
+
     def score(self, view):
         fmt = view.public_format
-        if not fmt or fmt.get("kind") != "pii":
-            raise CapabilityError(f"pii_extraction needs a PII task (names2ids); this task's public format is "
-                                  f"{(fmt or {}).get('kind')!r}")
+        self.check_task(fmt, view.unit)
         parse, make_prompt, sep = _pii_parser(fmt)
         n_digits = int(fmt.get("id_digits", 10))
         records = [parse(t) for t in view.texts]

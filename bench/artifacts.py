@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from functools import partial
 from pathlib import Path
 
 import torch
 
 from bench.cache import ArtifactCache
 from bench.defense import Defense, Filtered, TrainContext
+from bench.errors import PluginError
 from bench.game import AdaptationData
 from bench.release import Release, save_release
 from bench.hashing import CACHE_SCHEMA, content_hash, module_hash, text_hash
+from bench.plugin import plugin_code
 
 #: the code whose changes invalidate trained artifacts
 TRAINING_CODE = ("bench.training", "bench.modeling", "bench.tokenizer", "bench.artifacts", "bench.defense")
@@ -163,7 +166,7 @@ def _scratch_pretrain(tmp: Path, spec: ModelSpec, tok_dir: Path, corpus, inserts
         kept_docs, kept_inserts, report = filter_pretraining(defense, docs, inserts)
         seqs = _pack(tok, kept_docs, n_tokens, spec.context_length) + ctx.encode(kept_inserts)
         if type(defense).pretrain_loss_mask is not Defense.pretrain_loss_mask:
-            extra["loss_mask"] = defense.pretrain_loss_mask
+            extra["loss_mask"] = partial(_checked_loss_mask, defense)
     stats = train_causal_lm(model, seqs, epochs=spec.pretrain_epochs, lr=spec.pretrain_lr,
                             batch_size=spec.pretrain_batch_size, seed=seed, pad_id=ctx.pad_id, weight_decay=0.01,
                             autocast_bf16=spec.autocast_bf16, device=device, desc=desc, progress=progress, **extra)
@@ -173,6 +176,17 @@ def _scratch_pretrain(tmp: Path, spec: ModelSpec, tok_dir: Path, corpus, inserts
     if defense is not None:
         meta["pretrain_defense"] = report
     (tmp / "privbench.json").write_text(json.dumps(meta))
+
+
+def _checked_loss_mask(defense: Defense, input_ids: torch.Tensor) -> torch.Tensor:
+    """``defense.pretrain_loss_mask`` as plugin code: a crash or a mask of the wrong shape names the defense."""
+    with plugin_code(defense, "pretrain_loss_mask"):
+        mask = defense.pretrain_loss_mask(input_ids)
+    if not isinstance(mask, torch.Tensor) or mask.shape != input_ids.shape:
+        raise PluginError(f"defense '{defense.name}': pretrain_loss_mask returned "
+                          f"{tuple(mask.shape) if isinstance(mask, torch.Tensor) else type(mask).__name__} for input "
+                          f"ids of shape {tuple(input_ids.shape)}: return a bool tensor of the input's shape")
+    return mask
 
 
 def filter_pretraining(defense: Defense, docs: list[str], inserts: list[str]) -> tuple[list[str], list[str], dict]:
@@ -185,7 +199,6 @@ def filter_pretraining(defense: Defense, docs: list[str], inserts: list[str]) ->
     """
     from collections import Counter
 
-    from bench.errors import PluginError
     pool = sorted([*docs, *inserts], key=text_hash)
     try:
         result = defense.pretrain_texts(list(pool))
@@ -276,7 +289,9 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
                                 gguf_file=spec.gguf_file if released else None)
         ctx = TrainContext(tok, device, spec.context_length, seed, spec.autocast_bf16, progress=progress)
         torch.manual_seed(seed)
-        result = defense.adapted(defense.adapt(model, data, ctx))
+        with plugin_code(defense, "adapt"):
+            raw = defense.adapt(model, data, ctx)
+        result = defense.adapted(raw)
         if isinstance(result.model, Release):  # an aggregate or an unmergeable adapter: saved by its own rules
             save_release(result.model, tmp)
         else:

@@ -53,6 +53,12 @@ class Attack(Plugin):
     #: runner scores each sample as a record and averages per unit (:func:`score_units`)
     scores_units: ClassVar[bool] = False
 
+    def check_task(self, public_format: Mapping[str, Any] | None, unit: str) -> None:
+        """Raise :class:`bench.errors.CapabilityError` (problem and fix) if this attack cannot score the targets of
+        a task with this public format and membership unit. The runner calls it before anything trains, so a suite
+        pairing the attack with the wrong task fails in a second, not after pretraining. Accepts every task by
+        default; the capabilities in ``requires`` are checked by the runner itself."""
+
     def score(self, view: AttackerView) -> Sequence[float] | Scores:  # pragma: no cover - interface
         """One score per target, in ``view.targets`` order, higher = member; or :class:`Scores` with details."""
         raise NotImplementedError
@@ -203,11 +209,17 @@ def _run_checked(attack: Attack, view: AttackerView, details: list | None = None
         if details is not None:
             details.append(raw.details)
         raw = raw.values
+    if raw is None:
+        raise PluginError(f"attack '{attack.name}' returned None: return one float per target (a missing `return` "
+                          f"in score?)")
     try:
-        scores = np.asarray(raw, dtype=np.float64).reshape(-1)
+        scores = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError) as exc:
         raise PluginError(f"attack '{attack.name}' returned {type(raw).__name__}, not numbers: return one float "
                           f"per target") from exc
+    if scores.ndim != 1:
+        raise PluginError(f"attack '{attack.name}' returned an array of shape {scores.shape}: return a flat array "
+                          f"of one float per target, in the order given")
     if scores.shape[0] != n_targets:
         raise PluginError(f"attack '{attack.name}' returned {scores.shape[0]} scores for {n_targets} "
                           f"targets: return exactly one score per target, in the order given")

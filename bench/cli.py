@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import sys
 import warnings
@@ -176,7 +177,9 @@ def plan(
     from bench.runner import Runner
     from bench.suite import load_suite
 
+    from bench.cache import check_cache_root
     s = load_suite(suite)
+    check_cache_root(cache)  # before the database is touched
     store = _store(db)
     runner = Runner(s, store, ArtifactCache(cache), quiet=True)
     run_id = _run_id_for_key(store, runner.run_key)
@@ -240,6 +243,8 @@ def trends(
         raise PrivbenchError(f"--only {only!r} names no trend: give some of dp, dp_matched, iid_ood, naf_canaries, "
                              f"naf_pii, guard, hush (or leave --only out for all)")
     from bench.cache import check_cache_root
+    from bench.trends import check_trend_names
+    check_trend_names(names)  # before the cache or the database is touched
     check_cache_root(cache)
     store = _store(db)
     art = ArtifactCache(cache)
@@ -364,9 +369,17 @@ def show(
     if fmt == "table" and not utility:
         cols = ["task", "model", "defense", "seed", "game", "attack", "metric", "value", "ci_low", "ci_high",
                 "n_pos", "n_neg", "flag"]
-        typer.echo(format_rows(rows, fmt, columns=cols))
+        text = format_rows(rows, fmt, columns=cols)
     else:
-        typer.echo(format_rows(rows, fmt))
+        text = format_rows(rows, fmt)
+    info = store.run_info(run_id)
+    if info.get("status") != "complete":  # on stderr, so JSON and CSV on stdout stay clean
+        state = ("marked running: still in progress, or stopped without a trace" if info.get("status") == "running"
+                 else str(info.get("status")))
+        why = f" ({str(info['error']).splitlines()[0]})" if info.get("error") else ""
+        typer.echo(f"warning: run {run_id} is {state}{why}; its rows are partial: rerun its command to complete "
+                   f"it", err=True)
+    typer.echo(text)
 
 
 # ---------------------------------------------------------------------- the database schema
@@ -542,6 +555,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         typer.echo("interrupted: the run is recorded as failed; rerun the same command to resume", err=True)
         return 130
+    except Exception as exc:  # not the input's fault: a bug in privbench or a library it calls
+        if os.environ.get("PRIVBENCH_DEBUG", "").strip() not in ("", "0"):
+            raise
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        typer.echo(f"error: internal error ({type(exc).__name__}{': ' + detail if detail else ''}): rerun with "
+                   f"PRIVBENCH_DEBUG=1 for the traceback and report it with the command", err=True)
+        return 1
     return 0
 
 

@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from bench.errors import PluginError
 from bench.plugin import Plugin
 
 
@@ -60,6 +61,16 @@ class Filtered:
     report: dict[str, Any] = field(default_factory=dict)
 
 
+def _check_released(name: str, model: Any) -> None:
+    """A defense releases a torch model or a :class:`bench.release.Release`; anything else (None from a missing
+    ``return``) is refused here, naming the defense, instead of failing later where the release is saved."""
+    from bench.release import Release
+    if not isinstance(model, (torch.nn.Module, Release)):
+        raise PluginError(f"defense '{name}': adapt released {type(model).__name__}, not a model: return "
+                          f"bench.defense.Adapted(model, report, guarantee) with the adapted torch model (or a "
+                          f"bench.release.Release)")
+
+
 class Defense(Plugin):
     """A defense. ``adapt`` trains θ' from θ on the adaptation data it is given and nothing else.
 
@@ -82,7 +93,9 @@ class Defense(Plugin):
         """``adapt``'s result as :class:`Adapted`. A bare model is the pre-1.0 contract: it still works for one
         release, with its report and guarantee read from :meth:`training_report` and :meth:`guarantee`."""
         if isinstance(result, Adapted):
+            _check_released(self.name, result.model)
             return result
+        _check_released(self.name, result)
         warnings.warn(f"defense '{self.name}': adapt returned {type(result).__name__}; return "
                       f"bench.defense.Adapted(model, report, guarantee) instead (the bare-model form will be removed)",
                       DeprecationWarning, stacklevel=2)

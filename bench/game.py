@@ -538,42 +538,30 @@ class Challenger:
         target_model = pretrained if spec.target_model == "pretrained" else adapted
         if target_model is None:
             raise CapabilityError(f"game '{spec.name}' needs an adapted model but none was built")
+        problem = capability_problem(spec, requires, attack_name=attack_name, task_name=self._data.name,
+                                     unit=self.unit, reference=reference is not None, population=bool(population),
+                                     shadow_sets=frozenset(k for k, v in (shadows or {}).items() if v is not None),
+                                     trainer_starts=frozenset(k for k, v in (trainers or {}).items() if v is not None))
+        if problem:
+            raise CapabilityError(problem)
         base = RestrictedModel(pretrained, caps, "base") if spec.releases_base else None
         ref = None
         if REFERENCE_MODEL in requires:
-            if reference is None and base is None:
-                raise CapabilityError(f"attack '{attack_name}' needs a reference model, game '{spec.name}' releases "
-                                      f"no base model and the suite trains no reference: add `reference` to the suite")
             ref = RestrictedModel(reference, caps, "reference") if reference is not None else None
-        pop = None
-        if POPULATION in requires:
-            if not population:
-                raise CapabilityError(f"attack '{attack_name}' needs population data but the task has none")
-            pop = tuple(population)
-        if USER_SAMPLES in requires and self.unit == "record":
-            raise CapabilityError(f"attack '{attack_name}' needs a unit's samples (user inference) but task "
-                                  f"'{self._data.name}' is record-level: use a user or secret task (e.g. "
-                                  f"synthetic_users)")
+        pop = tuple(population) if POPULATION in requires else None
         shadow_set = None
         if SHADOW_MODELS in requires:
-            # shadows are adapted from θ where the game releases it, else from the attacker's reference model;
-            # a pretraining audit compares θ with the attacker's reference model pretrained on population data
-            which = "base" if spec.releases_base else ("pretrain" if spec.target_model == "pretrained" else "reference")
-            raw = (shadows or {}).get(which)
-            if raw is None:
-                raise CapabilityError(f"attack '{attack_name}' needs shadow models for game '{spec.name}' but none "
-                                      f"were built: enable `reference` in the suite")
+            raw = shadows[_shadow_start(spec)]
             shadow_set = ShadowSet(tuple(RestrictedModel(m, caps, "shadow") for m in raw.models),
                                    tuple(_detached(m) for m in raw.members), _detached(raw.held_out), raw.base)
         trainer = None
         if FINETUNE_REFERENCE in requires:
-            which = "base" if spec.releases_base else "reference"
-            factory = (trainers or {}).get(which)  # a fresh trainer per view: nothing shared leads back here
-            trainer = factory() if factory is not None else None
+            which = _trainer_start(spec)
+            trainer = trainers[which]()  # a fresh trainer per view: nothing shared leads back here
             if trainer is None:
                 raise CapabilityError(f"attack '{attack_name}' fine-tunes a copy of the attacker's calibration model "
-                                      f"but game '{spec.name}' has no {which} model to start from: enable "
-                                      f"`reference` in the suite")
+                                      f"but game '{spec.name}' has no {which} model to start from: set "
+                                      f"`reference: true` in the suite")
         public = self._data.public_format
         if public is not None and "user_samples" in public:
             # a user's samples reach the attack as Target.samples; the map keyed by user id stays here
@@ -582,6 +570,44 @@ class Challenger:
         return AttackerView(spec.name, targets, RestrictedModel(target_model, caps, "released"),
                             base, ref, None if pop is None else _detached(pop), shadow_set, public, self.unit,
                             trainer)
+
+
+def _shadow_start(spec: GameSpec) -> str:
+    """Which shadow set a game's attacker uses: shadows adapted from θ where the game releases it, else from the
+    attacker's reference model; a pretraining audit compares θ with the reference model pretrained on population
+    data."""
+    return "base" if spec.releases_base else ("pretrain" if spec.target_model == "pretrained" else "reference")
+
+
+def _trainer_start(spec: GameSpec) -> str:
+    """The model an attacker's fine-tuned calibration model starts from: θ where released, else its reference."""
+    return "base" if spec.releases_base else "reference"
+
+
+def capability_problem(spec: GameSpec, requires: frozenset[str], *, attack_name: str, task_name: str, unit: str,
+                       reference: bool, population: bool, shadow_sets: frozenset[str],
+                       trainer_starts: frozenset[str]) -> str | None:
+    """Why an attack declaring ``requires`` cannot be scored on game ``spec`` of a world, or None.
+
+    One rule set for two moments: :meth:`Challenger.view` enforces it on the objects a world built, and
+    ``Worlds.check`` (bench/world.py) on what the suite will build, before anything trains. ``reference``: the
+    suite trains an attacker reference model; ``shadow_sets`` and ``trainer_starts``: the start models ("base",
+    "reference", "pretrain") shadows and calibration fine-tunes exist for."""
+    if POPULATION in requires and not population:
+        return f"attack '{attack_name}' needs population data but task '{task_name}' has none: use another task"
+    if USER_SAMPLES in requires and unit == "record":
+        return (f"attack '{attack_name}' needs a unit's samples (user inference) but task '{task_name}' is "
+                f"record-level: use a user or secret task (e.g. synthetic_users)")
+    if REFERENCE_MODEL in requires and not reference and not spec.releases_base:
+        return (f"attack '{attack_name}' needs a reference model, game '{spec.name}' releases no base model and the "
+                f"suite trains no reference: set `reference: true` in the suite, or drop the attack or the game")
+    if SHADOW_MODELS in requires and _shadow_start(spec) not in shadow_sets:
+        return (f"attack '{attack_name}' needs shadow models for game '{spec.name}' but none are built: set "
+                f"`reference: true` in the suite (shadows start from the attacker's reference model)")
+    if FINETUNE_REFERENCE in requires and _trainer_start(spec) not in trainer_starts:
+        return (f"attack '{attack_name}' fine-tunes a copy of the attacker's calibration model but game "
+                f"'{spec.name}' has no {_trainer_start(spec)} model to start from: set `reference: true` in the suite")
+    return None
 
 
 def _copy_str(s: str) -> str:

@@ -23,6 +23,7 @@ from bench.errors import PluginError
 from bench.game import b_only_game
 from bench.keys import ood_utility_key
 from bench.lm import HFLanguageModel
+from bench.plugin import plugin_code
 from bench.metrics import flag_underpowered_null, membership_metrics
 from bench.schema import EvaluationRow, GuaranteeRow, UtilityRow
 from bench.units import canary_unit_metrics
@@ -169,7 +170,13 @@ def _adapt(w: Worlds, p: AdaptJob, _done) -> None:
 
 
 def _signals(w: Worlds, p: SignalsJob, _done) -> None:
-    w.model_lm(p.ti, p.mi, p.seed, p.role, p.di).token_signals(w.warm(p.ti, p.seed))
+    signals = w.model_lm(p.ti, p.mi, p.seed, p.role, p.di).token_signals(w.warm(p.ti, p.seed))
+    if p.di is not None and p.role in ("adapted", "pretrained"):  # a defense's release (or its own θ)
+        bad = sum(not np.isfinite(s.logprobs).all() for s in signals)
+        if bad:  # else every attack on it would fail with NaN scores, as if the attacks were broken
+            raise PluginError(f"defense '{w.suite.defenses[p.di].label}' released a model whose log-probabilities "
+                              f"are NaN or infinite on {bad} of {len(signals)} texts: fix the defense (a diverged "
+                              f"training run: lower its learning rate, or check its arithmetic)")
 
 
 def _where(w: Worlds, p: WorldJob) -> dict:
@@ -296,9 +303,14 @@ def _evaluate(w: Worlds, p: EvaluateJob, done_evals) -> JobResult:
     if ch.unit != "record":  # unit games: canary units vs ordinary units (Kandpal et al. 2024, Figure 6)
         rows += canary_unit_metrics(inst.labels, scores, (ch.is_canary_unit(u) for u in inst.record_ids))
     # rows of the attack's own (exposure, extraction rates): declared by the attack, not switched on here
-    rows += a.instance.metrics(inst.labels, out, MetricContext(
-        alpha=s.metrics["alpha"], public_format=data.public_format,
-        never_inserted=np.array([ch.never_inserted(u) for u in inst.record_ids], dtype=bool)))
+    with plugin_code(a.instance, "metrics"):
+        own = a.instance.metrics(inst.labels, out, MetricContext(
+            alpha=s.metrics["alpha"], public_format=data.public_format,
+            never_inserted=np.array([ch.never_inserted(u) for u in inst.record_ids], dtype=bool)))
+    if not isinstance(own, list):
+        raise PluginError(f"attack '{a.instance.name}': metrics returned {type(own).__name__}: return a list of "
+                          f"metric rows (an empty list when the attack adds none)")
+    rows += own
     row = EvaluationRow(eval_key=p.key, **_where(w, p), defense=d.label, defense_params=d.instance.config,
                         game=inst.spec.name, attack=a.label, attack_params=a.instance.config,
                         world_key=ch.world_key, target_ids=[t.id for t in inst.targets], labels=inst.labels.tolist(),

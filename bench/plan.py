@@ -124,6 +124,9 @@ def build_plan(runner, run_id: int | None = None) -> Plan:
         runner.log(f"task '{t.label}': building data")
         data = w.data(ti)
         w.check(t.label, data)
+    w.ood_heldout()  # the out-of-domain utility data too: a broken file fails here, before anything trains
+    for ti, t in enumerate(s.tasks):
+        data = w.data(ti)
         k_data = job(data_key(t.name, t.instance.key, data.fingerprint), DataJob(ti), t.label, (), done=True)
         n_heldout = len(w.heldout(ti))
         for mi, spec in enumerate(s.models):

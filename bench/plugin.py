@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
+from bench.errors import PrivbenchError, PluginError
 from bench.hashing import content_hash
 from bench.params import Param, validate_params
 
@@ -37,3 +40,23 @@ class Plugin:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
         return f"{type(self).__name__}({args})"
+
+
+@contextlib.contextmanager
+def plugin_code(plugin: Plugin | type, call: str) -> Iterator[None]:
+    """Run a plugin's own code (``call`` names the method): whatever it raises becomes one :class:`PluginError`
+    naming the plugin and the call, so a crashing defense, task or attack hook fails its run with a one-line
+    message instead of a traceback. privbench's own errors (a refused parameter, a capability) and a CUDA
+    out-of-memory error (the callers' batch back-off) pass through unchanged."""
+    try:
+        yield
+    except PrivbenchError:
+        raise
+    except Exception as exc:
+        if isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower() or \
+                type(exc).__name__ == "OutOfMemoryError":
+            raise
+        detail = str(exc).splitlines()[0] if str(exc) else ""
+        raise PluginError(f"{plugin.kind} '{plugin.name}' raised {type(exc).__name__} in {call}"
+                          f"{': ' + detail if detail else ''}: fix the plugin or its parameters "
+                          f"(`privbench list {plugin.kind}s` shows them)") from exc

@@ -480,11 +480,18 @@ def _score(cls: type, req: dict, rpc: _Remote) -> dict:
     details = None
     if isinstance(raw, Scores):
         raw, details = raw.values, raw.details
+    if raw is None:
+        raise PluginError(f"attack '{cls.name}' returned None: return one float per target (a missing `return` in "
+                          f"score?)")
     try:
-        values = [float(v) for v in np.asarray(raw, dtype=np.float64).reshape(-1)]
+        array = np.asarray(raw, dtype=np.float64)
     except (TypeError, ValueError):
         raise PluginError(f"attack '{cls.name}' returned {type(raw).__name__}, not numbers: return one float per "
                           f"target") from None
+    if array.ndim != 1:
+        raise PluginError(f"attack '{cls.name}' returned an array of shape {array.shape}: return a flat array of "
+                          f"one float per target, in the order given")
+    values = [float(v) for v in array]
     return json.loads(json.dumps({"values": values, "details": details}, default=str))
 
 

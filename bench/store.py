@@ -291,14 +291,17 @@ class Store:
         self.engine: Engine = engine
         dbapi = getattr(engine.dialect, "loaded_dbapi", None) or getattr(engine.dialect, "dbapi", None)
         self._dbapi_error: type[BaseException] = getattr(dbapi, "Error", SQLAlchemyError)
-        if self.is_sqlite and engine.dialect.driver == "pysqlite":
-            self._install_sqlite_events(engine, wal=create)
+        pysqlite = self.is_sqlite and engine.dialect.driver == "pysqlite"
+        if pysqlite:
+            self._install_sqlite_events(engine)
         self._sessions = sessionmaker(engine, expire_on_commit=False)
 
         try:
             if upgrade:
                 self._upgrade(engine)
             self._open(engine, create)
+            if pysqlite and create:
+                self._enable_wal(engine)
         except BaseException:
             engine.dispose()
             raise
@@ -341,10 +344,22 @@ class Store:
 
     # -------------------------------------------------------- plumbing
 
+    def _enable_wal(self, engine: Engine) -> None:
+        """WAL journal mode (readers never wait for the writer), switched on only after the file proved to be a
+        privbench database at the current schema: a refused file keeps every byte, its journal mode included. The
+        mode is stored in the file, so later connections use it too; a read-only `show` never switches it."""
+        with self._guard("switch the database to WAL mode"):
+            raw = engine.raw_connection()  # outside any transaction, which SQLite requires for this pragma
+            try:
+                cur = raw.cursor()
+                cur.execute("PRAGMA journal_mode = WAL").fetchall()
+                cur.close()
+            finally:
+                raw.close()
+
     @staticmethod
-    def _install_sqlite_events(engine: Engine, wal: bool = True) -> None:
-        """Busy timeout and foreign keys always; WAL only for a store opened to write (a read-only `show`
-        must not change someone else's file, not even its journal mode)."""
+    def _install_sqlite_events(engine: Engine) -> None:
+        """Busy timeout and foreign keys on every connection."""
         @event.listens_for(engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             # Let SQLAlchemy's "begin" event issue BEGIN, not the driver.
@@ -353,8 +368,6 @@ class Store:
             try:
                 cur.execute(f"PRAGMA busy_timeout = {int(SQLITE_BUSY_TIMEOUT_S * 1000)}")
                 cur.execute("PRAGMA foreign_keys = ON")
-                if wal:
-                    cur.execute("PRAGMA journal_mode = WAL").fetchall()
             finally:
                 cur.close()
 
@@ -371,6 +384,9 @@ class Store:
         msg = _first_line(exc)
         low = msg.lower()
         url = self.display_url
+        if "database disk image is malformed" in low:
+            return StoreError(f"{url} is damaged ({msg}; cannot {action}): restore it from a copy, or point at "
+                              f"another file")
         if "file is not a database" in low or "file is encrypted" in low:
             return StoreError(f"{url} is not a SQLite database (cannot {action}): {URL_HINT}")
         if "no such table" in low or ("does not exist" in low and "relation" in low):
@@ -552,7 +568,7 @@ class Store:
             if isinstance(ref, bool) or not isinstance(ref, (int, str)):
                 raise StoreError(f"run reference {ref!r} is not an id, run key or suite name: see `privbench show --list`")
             text = str(ref).strip()
-            if isinstance(ref, int) or text.isdigit():
+            if isinstance(ref, int) or text.isdecimal():
                 if int(text) >= 2 ** 63 or s.get(Run, int(text)) is None:
                     raise StoreError(f"no run with id {text} in {self.display_url}: see `privbench show --list`")
                 return int(text)

@@ -130,7 +130,11 @@ class UniqueKeyLoader(yaml.SafeLoader):
         seen = set()
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=deep)
-            if isinstance(key, (str, int, float, bool)) and key in seen:
+            if not isinstance(key, (str, int, float, bool)) and key is not None:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"a mapping key must be a name or a number, not a {type(key).__name__}: write the key "
+                                f"as plain text", key_node.start_mark)
+            if key in seen:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"key '{key}' appears twice in one mapping: keep one", key_node.start_mark)
             seen.add(key)
@@ -172,9 +176,10 @@ def _entries(raw: Any, key: str, registry, suite: str, *, sweep: bool = False) -
         if extra:
             raise ConfigError(f"suite '{suite}': entry '{item['name']}' of '{key}' has unknown keys {sorted(extra)}: "
                               f"use {', '.join(sorted(allowed))}")
-        params = item.get("params") or {}
-        if not isinstance(params, dict):
-            raise ConfigError(f"suite '{suite}': params of '{item['name']}' must be a mapping")
+        params = {} if item.get("params") is None else item["params"]
+        if not isinstance(params, dict) or not all(isinstance(k, str) for k in params):
+            raise ConfigError(f"suite '{suite}': params of '{item['name']}' must be a mapping of name: value "
+                              f"(got {params!r})")
         match = None
         if "match" in item:  # matched utility (bench/matching.py)
             from bench.matching import parse_match
@@ -309,9 +314,10 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         if extra:
             raise ConfigError(f"suite '{name}': model '{m['name']}' has unknown keys {sorted(map(str, extra))}: "
                               f"use name and params")
-        mparams = m.get("params") or {}
-        if not isinstance(mparams, dict):
-            raise ConfigError(f"suite '{name}': params of model '{m['name']}' must be a mapping of name: value")
+        mparams = {} if m.get("params") is None else m["params"]
+        if not isinstance(mparams, dict) or not all(isinstance(k, str) for k in mparams):
+            raise ConfigError(f"suite '{name}': params of model '{m['name']}' must be a mapping of name: value "
+                              f"(got {mparams!r}), e.g. {{pretrain_tokens: 30000}}")
         models.append(check_model(resolve_spec(str(m["name"]), mparams), name))
     names = [mo.name for mo in models]
     twice = sorted({n for n in names if names.count(n) > 1})

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from bench.plugin import Plugin
+from bench.errors import PluginError
+from bench.plugin import Plugin, plugin_code
 
 
 @dataclass(frozen=True)
@@ -77,3 +78,13 @@ class Task(Plugin):
     def provenance(self) -> list[dict[str, Any]]:
         """Provenance and license of every text source the task reads, before building (empty when unknown)."""
         return []
+
+
+def built_task_data(task: Task, cache: Any) -> TaskData:
+    """``task.build(cache)`` as plugin code: a crash, or anything but :class:`TaskData`, fails with the task's name."""
+    with plugin_code(task, "build"):
+        data = task.build(cache)
+    if not isinstance(data, TaskData):
+        raise PluginError(f"task '{task.name}': build returned {type(data).__name__}: return bench.task.TaskData "
+                          f"with the task's partitions")
+    return data

@@ -385,14 +385,23 @@ def verdict(res: TrendResult) -> str:
     return "yes" if res.holds else "NOT REPRODUCED"
 
 
+def check_trend_names(names: list[str] | None) -> None:
+    """Refuse unknown trend names, with the nearest known one."""
+    import difflib
+
+    from bench.errors import ConfigError
+    for name in names or ():
+        if name not in TRENDS:
+            close = difflib.get_close_matches(name, list(TRENDS), n=1)
+            raise ConfigError(f"unknown trend '{name}'" + (f": did you mean '{close[0]}'?" if close else "") +
+                              f" (choose from {', '.join(TRENDS)})")
+
+
 def run_trends(names: list[str] | None, *, store, cache, quiet: bool = False,
                run_suite: Callable[[str], int] | None = None) -> list[dict[str, Any]]:
     """Run (or reuse) each trend's suite, check its claim, and return one result row per trend."""
-    from bench.errors import ConfigError
     chosen = list(TRENDS) if not names else names
-    unknown = [n for n in chosen if n not in TRENDS]
-    if unknown:
-        raise ConfigError(f"unknown trend(s) {unknown}: choose from {', '.join(TRENDS)}")
+    check_trend_names(chosen)
     out = []
     runs: dict[str, int] = {}
     for name in chosen:

@@ -16,16 +16,18 @@ import torch
 from bench.artifacts import ensure_adapted, ensure_pretrained, ensure_reference, ensure_tokenizer, pretrains
 from bench.cache import ArtifactCache, same_content
 from bench.device import release_memory, score_bf16, select_device
-from bench.errors import ConfigError, DataError
-from bench.game import AdaptationData, Challenger, ShadowSet
+from bench.errors import CapabilityError, ConfigError, DataError
+from bench.game import AdaptationData, Challenger, ShadowSet, capability_problem
 from bench.hashing import content_hash
 from bench.keys import match_key, scoring_fingerprint, shadow_seed
 from bench.lm import FINETUNE_REFERENCE, SHADOW_MODELS, HFLanguageModel, SignalCache
 from bench.matching import brackets, candidate_params, pick
 from bench.modeling import ModelSpec, load_model
+from bench.plugin import plugin_code
 from bench.registry import DEFENSES
 from bench.release import is_release, load_release
 from bench.suite import PluginEntry, Suite
+from bench.task import built_task_data
 from bench.units import secrets_of
 from bench.utility import heldout_metrics
 
@@ -84,7 +86,7 @@ class Worlds:
     # -- data and the challenger ------------------------------------------------------------------------------
     def data(self, ti: int):
         t = self.suite.tasks[ti]
-        return self.once(("data", ti), lambda: t.instance.build(self.cache))
+        return self.once(("data", ti), lambda: built_task_data(t.instance, self.cache))
 
     def challenger(self, ti: int, seed: int) -> Challenger:
         return self.once(("ch", ti, seed), lambda: Challenger(self.data(ti), self.suite.world, seed,
@@ -104,7 +106,7 @@ class Worlds:
         if entry is None:
             return None
         return self.once(("ood",), lambda: (entry.label, list(
-            entry.instance.build(self.cache).heldout[: self.suite.utility["n_heldout"]])))
+            built_task_data(entry.instance, self.cache).heldout[: self.suite.utility["n_heldout"]])))
 
     def check(self, task_label: str, data) -> None:
         """Refuse, before any training, games or models a task's membership structure cannot honour."""
@@ -120,6 +122,31 @@ class Worlds:
                 raise ConfigError(f"task '{task_label}' gives pretraining membership from a released model's split; "
                                   f"model '{spec.name}' is trained from scratch on other data: use the released "
                                   f"model (e.g. a Pythia spec with hf_id)")
+        self.check_attacks(task_label, data)
+
+    def check_attacks(self, task_label: str, data) -> None:
+        """Refuse, before any training, an attack the suite's worlds cannot serve: a model, shadows or population
+        data it declares in ``requires`` that no game of the suite would give it (the rules ``Challenger.view``
+        enforces when the attack runs), or a task whose targets it cannot score (:meth:`Attack.check_task`)."""
+        s = self.suite
+        shadows_wanted = self.needs_shadows()
+        trainers_wanted = any(FINETUNE_REFERENCE in a.instance.requires for a in s.attacks)
+        for a in s.attacks:
+            with plugin_code(a.instance, "check_task"):
+                a.instance.check_task(data.public_format, data.unit)
+        for spec in s.models:
+            reference = bool(s.reference) and spec.source == "scratch"
+            shadow_sets = frozenset({"pretrain", "base", "reference"}) if shadows_wanted and reference else frozenset()
+            trainer_starts = frozenset({"base", "reference"} if reference else {"base"}) if trainers_wanted \
+                else frozenset()
+            for g in s.games:
+                for a in s.attacks:
+                    problem = capability_problem(g, a.instance.requires, attack_name=a.label, task_name=task_label,
+                                                 unit=data.unit, reference=reference,
+                                                 population=bool(data.population), shadow_sets=shadow_sets,
+                                                 trainer_starts=trainer_starts)
+                    if problem:
+                        raise CapabilityError(f"{problem} (model '{spec.name}'; refused before any training)")
 
     # -- models: (path, artifact key) ------------------------------------------------------------------------
     def tokenizer(self, ti: int, mi: int):

@@ -25,6 +25,7 @@ from typing import Any, List, Optional
 import typer
 
 from bench.errors import ConfigError, PrivbenchError
+from bench.task import built_task_data
 # split names are shared with the distance report: they live in tasks.splits (re-exported here)
 from tasks.splits import make_task, offline_splits, parse_name, parse_params, split_label  # noqa: F401
 
@@ -110,7 +111,7 @@ def list_(
         row: dict[str, Any] = {"name": name, "relation": task.relation_label(), "unit": _record_unit(task),
                                "membership": "record", "licenses": _licenses(task), "built": _built(task, store)}
         if sizes:
-            data = task.build(store)
+            data = built_task_data(task, store)
             size = _partition_sizes(data)
             row.update(relation=data.relation, membership=data.unit, built="yes",
                        pretrain=size["pretrain"]["n_records"], adapt=size["adapt"]["n_records"],
@@ -157,7 +158,7 @@ def build(
     for i, (name, task) in enumerate(tasks, 1):
         was = _built(task, store)
         t0 = time.perf_counter()
-        data = task.build(store)
+        data = built_task_data(task, store)
         dt = time.perf_counter() - t0
         state = "cached" if was == "yes" else "built"
         count = f"[{i:>{len(str(len(tasks)))}}/{len(tasks)}]"
@@ -179,7 +180,7 @@ def show(
     base, _ = parse_name(name)
     given = parse_params(list(params or []) + list(extra or []), base)
     task = make_task(name, given)
-    data = task.build(_cache(cache))
+    data = built_task_data(task, _cache(cache))
     typer.echo(f"{split_label(name, given)}  (task {base} v{task.version})")
     typer.echo(f"relation: {data.relation}    membership unit: {data.unit}    record: {_record_unit(task)}")
     typer.echo(f"fingerprint: {data.fingerprint}")

@@ -41,10 +41,10 @@ CORPUS = HERE / "bad_inputs"
 CASES_FILE = CORPUS / "cases.yaml"
 CATEGORIES = {"suites": 12, "data": 8, "plugins": 5, "cli": 3, "db": 4}  # category -> minimum number of cases
 KINDS = {"error", "usage", "warning"}
-DB_SETUPS = {"populated", "none", "text_file", "zero_bytes", "foreign_sqlite"}
+DB_SETUPS = {"populated", "none", "text_file", "zero_bytes", "foreign_sqlite", "future_schema"}
 CHECKS = {"unchanged", "failed_run"}
 FIELDS = {"id", "category", "cmd", "exit", "expect", "expect_re", "kind", "db", "check", "bad_attack",
-          "pythonpath", "absent", "mode", "timeout", "xfail"}
+          "bad_defense", "pythonpath", "absent", "mode", "timeout", "xfail"}
 PASSWORD_LIKE = "s3cr3tPW"
 
 
@@ -154,6 +154,12 @@ def _setup_db(kind: str, path: Path, template: Path) -> None:
         path.write_text("These are my notes, not a database.\nPlease do not overwrite them.\n")
     elif kind == "zero_bytes":
         path.write_bytes(b"")
+    elif kind == "future_schema":  # a results database written by a newer privbench
+        shutil.copyfile(template, path)
+        con = sqlite3.connect(path)
+        con.execute("UPDATE alembic_version SET version_num = '9999_future'")
+        con.commit()
+        con.close()
     elif kind == "foreign_sqlite":
         con = sqlite3.connect(path)  # another application's database, in the default rollback-journal mode
         con.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
@@ -274,11 +280,12 @@ def test_bad_input(case, tmp_path, corpus_copy, shared_cache, populated_template
     if case.get("check", "unchanged") == "unchanged":
         assert _digest(db_file) == before, f"the database {db_file} changed\n{shown}"
     else:
-        _assert_failed_run(db_file, case.get("bad_attack"), shown)
+        _assert_failed_run(db_file, case.get("bad_attack"), shown, case.get("bad_defense"))
 
 
-def _assert_failed_run(db_file: Path, bad_attack: str | None, shown: str) -> None:
-    """One run, recorded as failed with the error; nothing stored for the attack that broke its contract."""
+def _assert_failed_run(db_file: Path, bad_attack: str | None, shown: str, bad_defense: str | None = None) -> None:
+    """One run, recorded as failed with the error; nothing stored for the attack or defense that broke its
+    contract."""
     from bench.store import Store
 
     with Store(f"sqlite:///{db_file}", create=False) as store:
@@ -294,5 +301,9 @@ def _assert_failed_run(db_file: Path, bad_attack: str | None, shown: str) -> Non
         assert not [m for m in metrics if m["attack"] == bad_attack], metrics
         # the well-behaved attack of the same suite was stored: a plugin failure loses only its own work
         assert [m for m in metrics if m["attack"] == "loss"], metrics
+    elif bad_defense:
+        assert bad_defense in info["error"], info["error"]
+        assert not [e for e in evaluations if e["defense"] == bad_defense], evaluations
+        assert not [m for m in metrics if m["defense"] == bad_defense], metrics
     else:
         assert evaluations == [] and metrics == [], (evaluations, metrics)

@@ -552,7 +552,9 @@ def _attack(name, fn, requires=frozenset({"token_logprobs"})):
     ("string_attack", lambda v: "high", "not numbers"),
     ("strings_attack", lambda v: ["a"] * len(v.targets), "not numbers"),
     ("raising_attack", lambda v: (_ for _ in ()).throw(ValueError("boom")), "ValueError: boom"),
-    ("none_attack", lambda v: None, "scores for"),
+    ("none_attack", lambda v: None, "returned None: return one float per target"),
+    ("matrix_attack", lambda v: np.zeros((len(v.targets), 1)), r"returned an array of shape \(\d+, 1\)"),
+    ("scalar_attack", lambda v: 0.5, r"returned an array of shape \(\)"),
 ])
 def test_run_attack_rejects_contract_violations(ch, models, label, fn, match):
     with pytest.raises(PluginError, match=match) as err:
