@@ -53,8 +53,8 @@ def plugin_code(plugin: Plugin | type, call: str) -> Iterator[None]:
     except PrivbenchError:
         raise
     except Exception as exc:
-        if isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower() or \
-                type(exc).__name__ == "OutOfMemoryError":
+        from bench.device import is_oom  # torch is loaded wherever plugin code runs
+        if is_oom(exc):
             raise
         detail = str(exc).splitlines()[0] if str(exc) else ""
         raise PluginError(f"{plugin.kind} '{plugin.name}' raised {type(exc).__name__} in {call}"
