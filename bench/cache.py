@@ -39,13 +39,26 @@ def default_cache_dir() -> Path:
 
 def check_cache_root(root: str | Path | None) -> Path:
     """The cache directory ``root`` names (default :func:`default_cache_dir`), refused, before anything is created,
-    when it is empty text or an existing file."""
+    when it is empty text, an existing file, or cannot be created or written where it would be."""
     if root is not None and not str(root).strip():
         raise ConfigError("the artifact cache directory is empty text: give --cache DIR (or leave it out for "
                           "$PRIVBENCH_CACHE or ~/.cache/privbench)")
     path = Path(root) if root is not None else default_cache_dir()
     if path.exists() and not path.is_dir():
         raise ConfigError(f"the artifact cache {path} is a file, not a directory: give a directory (--cache DIR)")
+    if path.exists():
+        return path  # an existing cache may be read-only on purpose (a sandbox's shared cache); writes say so
+    # a cache still to be made needs a writable nearest existing directory: refused here, a run stops before it
+    # creates its database rather than after
+    existing = path.absolute()
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"cannot use {path} as the artifact cache: {existing} is a file, not a directory; give a "
+                          f"directory you can write (--cache DIR or $PRIVBENCH_CACHE)")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot use {path} as the artifact cache: {existing} is not writable; give a directory "
+                          f"you can write (--cache DIR or $PRIVBENCH_CACHE)")
     return path
 
 
