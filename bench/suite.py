@@ -216,6 +216,24 @@ def check_device(device: str, suite: str) -> None:
                           ) from None
 
 
+def _check_local_checkpoint(spec: ModelSpec, where: str) -> None:
+    """An ``hf_id`` written as a path (absolute, ``./``, ``../``, ``~``) must be a directory holding a checkpoint:
+    otherwise the run would reach transformers, which reads it as a malformed hub id, only after training θ."""
+    from pathlib import Path
+    hf_id = str(spec.hf_id)
+    as_path = Path(hf_id).expanduser()
+    if not (hf_id.startswith(("/", "./", "../", "~")) or as_path.is_dir()):
+        return  # a hub id such as EleutherAI/pythia-70m
+    if not as_path.is_dir():
+        what = "is a file" if as_path.exists() else "does not exist"
+        raise ConfigError(f"{where}: hf_id {hf_id} {what}: give the directory of a checkpoint in Hugging Face "
+                          f"format (config.json and weights), or a hub id such as EleutherAI/pythia-70m")
+    wanted = spec.gguf_file or "config.json"
+    if not (as_path / wanted).is_file():
+        raise ConfigError(f"{where}: hf_id {hf_id} holds no {wanted}: give the directory of a checkpoint in Hugging "
+                          f"Face format" + (f" that holds {wanted}" if spec.gguf_file else " (config.json and weights)"))
+
+
 def check_model(spec: ModelSpec, suite: str) -> ModelSpec:
     """A model spec that can be built: finite numbers, a known source, heads that divide the hidden size."""
     import math
@@ -224,6 +242,8 @@ def check_model(spec: ModelSpec, suite: str) -> ModelSpec:
         raise ConfigError(f"{where}: source '{spec.source}' is unknown: use scratch (trained here) or hf (with hf_id)")
     if spec.source == "hf" and not spec.hf_id:
         raise ConfigError(f"{where}: source hf needs hf_id (a hub id or a local directory in Hugging Face format)")
+    if spec.source == "hf":
+        _check_local_checkpoint(spec, where)
     for key, value in spec.to_dict().items():
         if isinstance(value, float) and not math.isfinite(value):
             raise ConfigError(f"{where}: parameter '{key}' is {value!r}: give a finite number")
