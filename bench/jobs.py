@@ -169,14 +169,19 @@ def _adapt(w: Worlds, p: AdaptJob, _done) -> None:
     # its rows (guarantee, matched utility) come with its utility job, whose stored row marks it done
 
 
+def _refuse_diverged(w: Worlds, p: WorldJob, bad: int, n: int) -> None:
+    """A defense's release (or its own θ) with NaN or infinite log-probabilities on ``bad`` of ``n`` texts fails
+    the run naming the defense: else every attack on it would fail with NaN scores, or its utility row could not
+    be stored, as if privbench were broken."""
+    if bad and p.di is not None and p.role in ("adapted", "pretrained"):
+        raise PluginError(f"defense '{w.suite.defenses[p.di].label}' released a model whose log-probabilities are "
+                          f"NaN or infinite on {bad} of {n} texts: fix the defense (a diverged training run: lower "
+                          f"its learning rate, or check its arithmetic)")
+
+
 def _signals(w: Worlds, p: SignalsJob, _done) -> None:
     signals = w.model_lm(p.ti, p.mi, p.seed, p.role, p.di).token_signals(w.warm(p.ti, p.seed))
-    if p.di is not None and p.role in ("adapted", "pretrained"):  # a defense's release (or its own θ)
-        bad = sum(not np.isfinite(s.logprobs).all() for s in signals)
-        if bad:  # else every attack on it would fail with NaN scores, as if the attacks were broken
-            raise PluginError(f"defense '{w.suite.defenses[p.di].label}' released a model whose log-probabilities "
-                              f"are NaN or infinite on {bad} of {len(signals)} texts: fix the defense (a diverged "
-                              f"training run: lower its learning rate, or check its arithmetic)")
+    _refuse_diverged(w, p, sum(not np.isfinite(s.logprobs).all() for s in signals), len(signals))
 
 
 def _where(w: Worlds, p: WorldJob) -> dict:
@@ -187,6 +192,9 @@ def _utility(w: Worlds, p: UtilityJob, _done) -> JobResult:
     """Utility rows of one model; for θ' also its guarantee and matched-utility rows. The held-out row is written
     last: its presence is what marks the job done, so a run killed in between redoes the job."""
     lm = w.model_lm(p.ti, p.mi, p.seed, p.role, p.di)
+    heldout = w.heldout(p.ti)
+    held = lm.token_signals(heldout)  # scored once: the utility rows below read the same cached signals
+    _refuse_diverged(w, p, sum(not np.isfinite(s.logprobs).all() for s in held), len(held))
     rows: list = []
     train = None
     defense = w.suite.defenses[p.di].label if p.di is not None else "-"
@@ -203,7 +211,7 @@ def _utility(w: Worlds, p: UtilityJob, _done) -> JobResult:
         key = w.reference_base(p.ti, p.mi)[1]
     else:
         key = w.theta(p.ti, p.mi, p.seed, p.di)[1]
-    rows += utility_rows(w, lm, w.heldout(p.ti), key=key, held_key=p.key, role=p.role, defense=defense,
+    rows += utility_rows(w, lm, heldout, key=key, held_key=p.key, role=p.role, defense=defense,
                          train=train, **_where(w, p))
     return JobResult(rows)
 

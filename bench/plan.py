@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from bench.artifacts import adapted_key, pretrained_key, pretrains, reference_key, tokenizer_key
 from bench.hashing import text_hash
 from bench.jobs import (AdaptJob, DataJob, EvaluateJob, JobSpec, PretrainJob, ReferenceJob, ShadowJob, SignalsJob,
@@ -96,8 +98,11 @@ class Plan:
 
 
 def _signals_done(signals: SignalCache, fp: str, texts: list[str]) -> bool:
+    """Every text's signals are cached and finite: a release cached with NaN log-probabilities (a diverged defense)
+    goes back through its signals job, which names the defense, instead of reaching the attacks as NaN scores."""
     keys = [text_hash(t) for t in texts]
-    return len(signals.lookup(fp, keys)) == len(keys)
+    found = signals.lookup(fp, keys)
+    return len(found) == len(keys) and all(np.isfinite(s.logprobs).all() for s in found.values())
 
 
 def build_plan(runner, run_id: int | None = None) -> Plan:

@@ -44,7 +44,7 @@ KINDS = {"error", "usage", "warning"}
 DB_SETUPS = {"populated", "none", "text_file", "zero_bytes", "foreign_sqlite", "future_schema"}
 CHECKS = {"unchanged", "failed_run"}
 FIELDS = {"id", "category", "cmd", "exit", "expect", "expect_re", "kind", "db", "check", "bad_attack",
-          "bad_defense", "pythonpath", "absent", "mode", "timeout", "xfail"}
+          "bad_defense", "pythonpath", "absent", "mode", "timeout", "xfail", "twice"}
 PASSWORD_LIKE = "s3cr3tPW"
 
 
@@ -240,13 +240,23 @@ def test_bad_input(case, tmp_path, corpus_copy, shared_cache, populated_template
     env = {"PRIVBENCH_CACHE": str(shared_cache), "PRIVBENCH_THREADS": "1", "OMP_NUM_THREADS": "1",
            "PYTHONDONTWRITEBYTECODE": "1", "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1"}
-    if case.get("mode", "inprocess") == "subprocess":
-        rc, out, err = _subprocess(argv, work, {**os.environ, **env}, plugin_dirs, float(case.get("timeout", 120)))
-    else:
+    if case.get("mode", "inprocess") != "subprocess":
         for k, v in env.items():
             monkeypatch.setenv(k, v)
         monkeypatch.chdir(work)
-        rc, out, err = _in_process(argv, capsys, monkeypatch, plugin_dirs)
+
+    def invoke():
+        if case.get("mode", "inprocess") == "subprocess":
+            return _subprocess(argv, work, {**os.environ, **env}, plugin_dirs, float(case.get("timeout", 120)))
+        return _in_process(argv, capsys, monkeypatch, plugin_dirs)
+
+    if case.get("twice"):  # a first call leaves its artifacts and signals in the cache; the checked call reruns
+        first = invoke()
+        assert first[0] == case["exit"], f"first call: exit {first[0]}\n{first[2][-4000:]}"
+        for stale in [db_file, *db_file.parent.glob(db_file.name + "-*")]:  # with SQLite's -wal and -shm files
+            stale.unlink(missing_ok=True)
+        _setup_db(setup, db_file, populated_template)
+    rc, out, err = invoke()
 
     shown = f"privbench {' '.join(argv)}\n--- exit {rc}\n--- stdout\n{out[-2000:]}\n--- stderr\n{err[-4000:]}"
     assert "Traceback" not in err and "Traceback" not in out, shown

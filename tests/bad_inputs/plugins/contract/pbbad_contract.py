@@ -1,14 +1,15 @@
 """Plugins that break the contract outside ``score`` (tests/test_bad_inputs.py), installed through entry points.
 
 Each is what a careless or dishonest plugin does at another point the runner calls it: a defense that crashes or
-forgets its ``return``, an attack whose ``metrics`` hook crashes or whose scores come back as a matrix, a task whose
+forgets its ``return`` or releases a diverged (NaN) model, an attack whose ``metrics`` hook crashes or whose scores come back as a matrix, a task whose
 ``build`` crashes or returns the wrong thing. Every one must fail its run with one line naming the plugin.
 """
 
 import numpy as np
+import torch
 
 from bench.attack import Attack
-from bench.defense import Defense
+from bench.defense import Adapted, Defense
 from bench.task import Task
 
 
@@ -50,6 +51,18 @@ class DefenseReturnsNothing(Defense):
 
     def adapt(self, model, data, ctx):
         model.eval()
+
+
+class DefenseReleasesNaN(Defense):
+    name = "pbbad_def_nan"
+    version = "0.1"
+    description = "Releases a model whose weights are NaN: a diverged training run."
+
+    def adapt(self, model, data, ctx):
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(float("nan"))
+        return Adapted(model, {"diverged": True})
 
 
 class TaskRaises(Task):
