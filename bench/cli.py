@@ -178,11 +178,15 @@ def plan(
     from bench.suite import load_suite
 
     from bench.cache import check_cache_root
+    from bench.errors import NoDatabase
     s = load_suite(suite)
     check_cache_root(cache)  # before the database is touched
-    store = _store(db)
+    try:
+        store = _store(db, create=False)  # plan only reads: it never creates a database or changes its mode
+    except NoDatabase:
+        store = None  # nothing stored yet: the plan shows what the cache holds
     runner = Runner(s, store, ArtifactCache(cache), quiet=True)
-    run_id = _run_id_for_key(store, runner.run_key)
+    run_id = _run_id_for_key(store, runner.run_key) if store is not None else None
     if run_id is not None:
         runner.done_evals = {e["eval_key"] for e in store.evaluations(run_id)}
     typer.echo(build_plan(runner, run_id).describe(verbose=not summary))
@@ -455,7 +459,11 @@ def _limits(timeout: float, memory_gb: float):
     if not (math.isfinite(timeout) and math.isfinite(memory_gb)) or timeout <= 0 or memory_gb <= 0:
         raise PrivbenchError(f"--timeout {timeout:g} and --memory {memory_gb:g} must be positive and finite: e.g. "
                              f"--timeout 3600 --memory 16")
-    return Limits(wall_s=float(timeout), memory_bytes=int(memory_gb * (1 << 30)))
+    if timeout > 1e15 or memory_gb > 1e15:  # past any machine; int() of the product would be meaningless
+        raise PrivbenchError(f"--timeout {timeout:g} or --memory {memory_gb:g} is past any machine's limits: e.g. "
+                             f"--timeout 3600 --memory 16")
+    from bench.sandbox import check_limits
+    return check_limits(Limits(wall_s=float(timeout), memory_bytes=int(memory_gb * (1 << 30))))
 
 
 @app.command()

@@ -40,5 +40,9 @@ class StoreError(PrivbenchError):
     """The results database cannot be opened or written."""
 
 
+class NoDatabase(StoreError):
+    """A command that only reads was pointed at a database file that does not exist."""
+
+
 class CapabilityError(PrivbenchError):
     """An attack asked for a capability that its game does not release."""

@@ -22,6 +22,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine import Connection
 
@@ -80,8 +81,16 @@ def _baseline_columns() -> dict[str, frozenset[str]]:
 
 
 def revision_of(conn: Connection) -> str | None:
-    """The revision stamped in the database, None when it has no ``alembic_version`` row."""
-    return MigrationContext.configure(conn).get_current_revision()
+    """The revision stamped in the database, None when it has no ``alembic_version`` row; a table holding several
+    revisions (hand-edited, or two tools' stamps in one file) is refused, naming them."""
+    try:
+        return MigrationContext.configure(conn).get_current_revision()
+    except CommandError:
+        revs = [r for (r,) in conn.exec_driver_sql(f"SELECT version_num FROM {VERSION_TABLE}")]
+        url = conn.engine.url.render_as_string(hide_password=True)
+        raise StoreError(f"{url} has {len(revs)} schema revisions stamped in {VERSION_TABLE} ({', '.join(revs)}), "
+                         f"where a privbench database has one: restore the file from a copy, or delete the row "
+                         f"that is not {head()!r}") from None
 
 
 def schema_state(conn: Connection) -> tuple[str, str | None]:
@@ -163,9 +172,12 @@ def _check_baseline(conn: Connection, display_url: str) -> None:
 def upgrade(conn: Connection, display_url: str) -> tuple[str | None, str]:
     """Bring the database on ``conn`` to head inside the caller's transaction; return (from, to).
 
-    ``from`` is None for an unversioned database (stamped at the baseline first) and for an empty one (every
-    migration runs, which creates the tables)."""
+    ``from`` is None for an unversioned database (stamped at the baseline first). An empty database is refused:
+    there is nothing to upgrade, and `privbench run` creates the tables at head."""
     state, rev = schema_state(conn)
+    if state == "empty":
+        raise StoreError(f"{display_url} has no privbench tables: nothing to upgrade; point --db at a results "
+                         f"database written by `privbench run` (a run creates a new one at the current schema)")
     if state == "newer":
         raise _newer(display_url, rev)
     if state == "foreign":

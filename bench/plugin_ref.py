@@ -61,6 +61,9 @@ def resolve_plugin(ref: str) -> PluginRef:
         raise ConfigError(f"entry point '{ref}' exists in several groups ({', '.join(g for g, _ in found)}): "
                           f"rename one of them")
     group, ep = found[0]
+    if group == ENTRY_POINT_GROUPS["task"]:
+        raise ConfigError(f"entry point '{ref}' is a task ({group}): validate and submit score an attack or a "
+                          f"defense; name a task in a suite's tasks instead (`privbench data list` shows tasks)")
     dist = getattr(ep, "dist", None)
     h = hashlib.sha256(f"{group}:{ep.name}={ep.value}".encode())
     version = None

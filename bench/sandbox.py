@@ -186,6 +186,30 @@ def readonly_mounts_available() -> bool:
         return proc.returncode == 0 and proc.stdout.strip() == "refused" and not os.listdir(d)
 
 
+def check_limits(limits: Limits) -> Limits:
+    """``limits`` refused (a :class:`~bench.errors.ConfigError`) when ``setrlimit`` could not apply them in the
+    child: past this process's hard limits or the kernel's largest value. Found here, before any database or
+    sandbox is made, not as a failed ``preexec_fn`` after."""
+    from bench.errors import ConfigError
+
+    def hard(kind: int) -> int:
+        value = resource.getrlimit(kind)[1]
+        return _RLIM_MAX if value == resource.RLIM_INFINITY else min(value, _RLIM_MAX)
+
+    mem_max, cpu_max = hard(resource.RLIMIT_AS), hard(resource.RLIMIT_CPU) - 5  # _set_limits adds 5 s of grace
+    if limits.memory_bytes > mem_max:
+        raise ConfigError(f"--memory {limits.memory_bytes / (1 << 30):g} GiB is more than a process may be given "
+                          f"here: give at most {mem_max / (1 << 30):.0f} GiB (e.g. --memory 16)")
+    if limits.cpu_seconds > cpu_max:
+        raise ConfigError(f"--timeout {limits.wall_s:g} s (CPU limit {limits.cpu_seconds} s) is more than a process "
+                          f"may be given here: give at most {cpu_max // 2} s (e.g. --timeout 3600)")
+    return limits
+
+
+#: the largest resource limit the kernel takes that is not "unlimited" (rlim_t is 64 bits; RLIM_INFINITY is all ones)
+_RLIM_MAX = (1 << 63) - 1
+
+
 def _set_limits(limits: Limits) -> None:
     """Runs in the child between fork and exec: a new process group, then the resource limits."""
     mem = int(limits.memory_bytes)

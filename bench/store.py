@@ -55,7 +55,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 
 from bench import migrate
-from bench.errors import StoreError
+from bench.errors import NoDatabase, StoreError
 from bench.schema import (RUN_STATUSES, UTILITY_ROLES, Base, Evaluation, EvaluationRow, Guarantee, GuaranteeRow,
                           Metric, Run, Score, Utility, UtilityRow)
 
@@ -226,6 +226,18 @@ def _refuse_foreign_sqlite(path: Path, display_url: str) -> None:
         raise migrate.foreign_error(display_url, names)
 
 
+def _sqlite_uri_path(database: str) -> str:
+    """The file a SQLite ``file:`` URI names (``file:/a/b.db``, ``file:///a/b.db``, ``file:b.db``), query and
+    fragment dropped; empty for ``file::memory:`` and the like."""
+    from urllib.parse import unquote, urlsplit
+    rest = database[len("file:"):].split("?", 1)[0].split("#", 1)[0]
+    if rest.startswith(":memory:") or not rest:
+        return ""
+    if rest.startswith("//"):
+        rest = urlsplit("file:" + rest).path  # file://host/path: SQLite takes only an empty host or localhost
+    return unquote(rest)
+
+
 class Store:
     """The results database. Thread-safe for reads and writes; open one per process."""
 
@@ -246,20 +258,27 @@ class Store:
         kwargs: dict[str, Any] = {}
         if self.is_sqlite:
             database = parsed.database
+            if "mode" in parsed.query and str(parsed.query.get("uri", "")).lower() != "true":
+                # pysqlite would ignore the mode, with a warning, and open the file writable
+                raise StoreError(f"{self.display_url}: the SQLite option mode= takes effect only in a URI: write "
+                                 f"sqlite:///file:{database}?mode={parsed.query['mode']}&uri=true")
             if database in (None, "", ":memory:"):
                 # One shared connection, or every session would see a new empty DB.
                 kwargs.update(poolclass=StaticPool, connect_args={"check_same_thread": False})
             else:
                 kwargs["connect_args"] = {"timeout": SQLITE_BUSY_TIMEOUT_S}
-                path = Path(database).expanduser()
-                is_uri = database.startswith("file:")
+                # a file: URI (with uri=true) names a file as a plain path does, and is checked the same way;
+                # only an in-memory one (mode=memory) has no file
+                file_uri = database.startswith("file:")
+                is_uri = file_uri and (parsed.query.get("mode") == "memory" or not _sqlite_uri_path(database))
+                path = Path(_sqlite_uri_path(database) if file_uri else database).expanduser()
                 if not is_uri and path.is_dir():
                     raise StoreError(
                         f"{self.display_url} is a directory, not a database file: "
                         f"use sqlite:///{path / 'results.db'}"
                     )
                 if not create and not is_uri and not path.exists():
-                    raise StoreError(
+                    raise NoDatabase(
                         f"no results database at {str(path)!r}: run `privbench run --suite smoke` first, "
                         f"or {URL_HINT}"
                     )
@@ -331,6 +350,18 @@ class Store:
                             f"{self.display_url} has no privbench tables ({', '.join(missing)} missing): "
                             "point at a results database written by `privbench run`"
                         )
+
+    def check_writable(self, action: str = "write") -> None:
+        """Refuse a database this process cannot write (a read-only file, URI or user) before long work whose
+        results would then be lost: an update that changes nothing, in a transaction that is rolled back."""
+        with self._guard(action):
+            with self.engine.connect() as conn:
+                conn = conn.execution_options(**{_WRITE_OPTION: True})
+                trans = conn.begin()
+                try:
+                    conn.exec_driver_sql(f"UPDATE {migrate.VERSION_TABLE} SET version_num = version_num")
+                finally:
+                    trans.rollback()
 
     def _upgrade(self, engine: Engine) -> None:
         """Migrate to head in one write transaction: a failed migration leaves the old schema untouched."""

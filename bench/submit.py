@@ -89,7 +89,7 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
            submitter: str | None = None, limits: Limits = Limits(), extend: bool = False,
            sandbox_dir: str | None = None, keep_sandbox: bool = False, log=None) -> SubmitResult:
     """Run the plugin ``ref`` (a .py file or an entry-point name) on ``suite`` in a sandbox; store one run."""
-    from bench.cache import OVERLAY_DIR, ArtifactCache, discard_overlay, overlay_summary
+    from bench.cache import OVERLAY_DIR, ArtifactCache, check_cache_root, discard_overlay, overlay_summary
     from bench.sandbox import check_apart
     from bench.store import Store
     from bench.suite import load_suite
@@ -99,7 +99,9 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
     plugin = resolve_plugin(ref)
     base = load_suite(suite)
     run_key = submission_key(base.config, plugin, extend)
+    check_cache_root(cache)  # an unusable cache is refused before the database is created or touched
     store = Store(db, create=True)
+    store.check_writable("store a submission")  # a read-only database is found now, not after the sandboxed run
     verified = os.environ.get("CI", "").lower() == "true"
     previous = _find_run(store, run_key)
     if previous is not None and previous["status"] == "complete":

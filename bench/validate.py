@@ -67,6 +67,8 @@ def registration_checks(kind: str, name: str, cls: type) -> list[Check]:
     from bench.params import Param
     out = [Check("kind", kind in ("attack", "defense"), f"registered as a {kind}",
                  "register with @register_defense or @register_attack")]
+    if not out[0].ok:  # the checks below ask what an attack or a defense must be
+        return out
     base = Defense if kind == "defense" else Attack
     out.append(Check("base class", issubclass(cls, base), f"{cls.__name__} does not subclass {base.__name__}",
                      f"derive it from bench.{kind}.{base.__name__}"))
@@ -211,7 +213,7 @@ def _child(spec_path: str) -> int:
     try:
         kind, name, cls = load_plugin(PluginRef(**spec["plugin"]))
     except Exception as exc:  # noqa: BLE001
-        checks.append(Check("import", False, str(exc).split(": fix")[0], "fix the import error (see above)"))
+        checks.append(Check("import", False, str(exc), "fix the plugin file, then validate it again"))
         write()
         return FAILURE_EXIT
     checks.append(Check("import", True))

@@ -41,7 +41,7 @@ CORPUS = HERE / "bad_inputs"
 CASES_FILE = CORPUS / "cases.yaml"
 CATEGORIES = {"suites": 12, "data": 8, "plugins": 5, "cli": 3, "db": 4}  # category -> minimum number of cases
 KINDS = {"error", "usage", "warning"}
-DB_SETUPS = {"populated", "none", "text_file", "zero_bytes", "foreign_sqlite", "future_schema"}
+DB_SETUPS = {"populated", "none", "text_file", "zero_bytes", "foreign_sqlite", "future_schema", "two_revisions"}
 CHECKS = {"unchanged", "failed_run"}
 FIELDS = {"id", "category", "cmd", "exit", "expect", "expect_re", "kind", "db", "check", "bad_attack",
           "bad_defense", "pythonpath", "absent", "mode", "timeout", "xfail", "twice"}
@@ -158,6 +158,12 @@ def _setup_db(kind: str, path: Path, template: Path) -> None:
         shutil.copyfile(template, path)
         con = sqlite3.connect(path)
         con.execute("UPDATE alembic_version SET version_num = '9999_future'")
+        con.commit()
+        con.close()
+    elif kind == "two_revisions":  # hand-edited, or two tools' stamps in one file
+        shutil.copyfile(template, path)
+        con = sqlite3.connect(path)
+        con.execute("INSERT INTO alembic_version (version_num) VALUES ('zzz_other')")
         con.commit()
         con.close()
     elif kind == "foreign_sqlite":

@@ -88,6 +88,37 @@ def test_plan_command_prints_the_graph(tmp_path, monkeypatch):
     assert any("[todo] pretrain" in ln and "<- 1" in ln for ln in lines)
 
 
+def test_plan_command_writes_no_database(tmp_path, monkeypatch):
+    """plan only reads: with no database it plans against an empty one without creating a file, and an existing
+    database (in SQLite's default rollback-journal mode) keeps every byte, its journal mode included."""
+    import hashlib
+    import sqlite3
+
+    import yaml
+    from typer.testing import CliRunner
+
+    from bench.cli import app
+    monkeypatch.setenv("PRIVBENCH_CACHE", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**TINY, "seeds": [0]}))
+    res = CliRunner().invoke(app, ["plan", "--suite", str(path), "--summary"])  # the default --db: ./results.db
+    assert res.exit_code == 0, res.output
+    assert res.output.strip().splitlines()[-1].startswith("15 jobs, 1 done, 14 to run")
+    assert not (tmp_path / "results.db").exists()
+
+    db = tmp_path / "kept.db"
+    Store(f"sqlite:///{db}").close()
+    con = sqlite3.connect(db)
+    assert con.execute("PRAGMA journal_mode = DELETE").fetchone()[0] == "delete"
+    con.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    res = CliRunner().invoke(app, ["plan", "--suite", str(path), "--summary", "--db", f"sqlite:///{db}"])
+    assert res.exit_code == 0, res.output
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["cache", "kept.db", "s.yaml"]
+
+
 def test_released_aggregates_are_planned_under_the_keys_they_are_scored_and_stored_under(tmp_path):
     """A NAF aggregate is not one checkpoint: it is loaded by its release loader, yet the plan names its signals
     and evaluations by the same keys the run stores (nothing predicted), so after a run the plan is all done."""
