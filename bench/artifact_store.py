@@ -173,5 +173,10 @@ class ArtifactStore:
 
 
 def open_store(url: str | None) -> ArtifactStore | None:
-    """The store at ``url`` (checked writable), or None for no URL."""
+    """The store at ``url`` (checked writable), or None for no URL; empty text is refused, as ``--cache ''`` is,
+    rather than read as "no store" (a run would then build everything on this node alone)."""
+    if url is not None and not url.strip():
+        from bench.errors import ConfigError
+        raise ConfigError("--artifact-store is empty text: give an fsspec URL (file:///dir, s3://bucket/prefix), or "
+                          "leave the option out for no shared store")
     return ArtifactStore(url) if url else None

@@ -275,6 +275,8 @@ def list_(
     kinds = ["attacks", "defenses", "tasks", "games", "models", "suites"]
     if what != "all" and what not in kinds:
         raise PrivbenchError(f"cannot list '{what}': use one of {', '.join(kinds)} or all")
+    if fmt not in ("table", "json"):  # before the registries load (and warn about broken plugins)
+        raise PrivbenchError(f"unknown format '{fmt}': use table or json")
     out: dict[str, list] = {}
     for kind in kinds if what == "all" else [what]:
         if kind in REGISTRIES:
@@ -292,8 +294,6 @@ def list_(
     if fmt == "json":
         typer.echo(json.dumps(out, indent=2, default=str))
         return
-    if fmt != "table":
-        raise PrivbenchError(f"unknown format '{fmt}': use table or json")
     for kind, items in out.items():
         typer.echo(f"\n{kind.upper()}")
         for it in items:
@@ -364,6 +364,9 @@ def show(
     """Print a run's metric rows (AUC, TPR@FPR with CIs, counts) as a table, JSON or CSV."""
     from bench.report import format_rows
 
+    if list_runs and (run_ref is not None or utility):
+        raise PrivbenchError(f"--list lists every run and takes no {'run' if run_ref is not None else '--utility'}: "
+                             f"use `privbench show --list`, or `privbench show RUN [--utility]` for one run")
     store = _store(db, create=False)
     if list_runs:
         typer.echo(format_rows(store.list_runs(), fmt))

@@ -55,8 +55,8 @@ class Comparison:
 def _latest_complete_run(store, suite: str | None, what: str) -> int:
     runs = [r for r in store.list_runs() if r["status"] == "complete" and (suite is None or r["suite"] == suite)]
     if not runs:
-        which = f"of suite '{suite}' " if suite else ""
-        raise ConfigError(f"the {what} database {store.display_url} has no complete run {which}: run "
+        which = f" of suite '{suite}'" if suite else ""
+        raise ConfigError(f"the {what} database {store.display_url} has no complete run{which}: run "
                           f"`privbench run --suite {suite or 'smoke'} --db ...` into it first")
     return max(r["id"] for r in runs)
 
@@ -84,6 +84,9 @@ def compare(baseline: str, current: str, *, suite: str | None = "smoke", toleran
     if not 0 <= tolerance < 1 or not 0 <= utility_tolerance < 1:
         raise ConfigError(f"tolerances must be in [0, 1) (got {tolerance}, {utility_tolerance}): e.g. --tolerance "
                           f"0.05")
+    if suite is not None and not suite.strip():
+        raise ConfigError("--suite is empty text: give the name of the suite whose latest runs to compare (e.g. "
+                          "--suite smoke)")
     base_store, cur_store = _open(baseline, "baseline"), _open(current, "current")
     try:
         base_run = _latest_complete_run(base_store, suite, "baseline")

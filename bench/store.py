@@ -468,9 +468,16 @@ class Store:
 
     @contextmanager
     def _read(self, action: str) -> Iterator[Session]:
+        """A read session; a stored value that cannot be decoded (a date or JSON column edited by hand, a damaged
+        row) is named as the database's problem, not raised as privbench's own."""
         with self._guard(action):
             with self._sessions() as session:
-                yield session
+                try:
+                    yield session
+                except (ValueError, TypeError) as exc:
+                    raise StoreError(f"cannot read a stored value of {self.display_url} while trying to {action} "
+                                     f"({type(exc).__name__}: {_first_line(exc)}): a row was edited by hand or the "
+                                     f"file is damaged; restore it from a copy") from exc
 
     def _retry_conflict(self, fn: Callable[[], T], action: str) -> T:
         """Run a write; if a concurrent writer inserted the same key first

@@ -220,10 +220,12 @@ def report(
     """Wasserstein distance of sentence embeddings between each split and the pretraining data
     (Marek et al. 2026, Table 1)."""
     from bench.report import format_rows
-    from tasks.distance import DEFAULT_SPLITS, check_ood_farther, distance_report, ood_farther_than_iid
+    from tasks.distance import (DEFAULT_SPLITS, check_ood_farther, check_report_args, distance_report,
+                                ood_farther_than_iid)
 
     if fmt not in ("table", "json"):
         raise ConfigError(f"unknown format '{fmt}': use table or json")
+    check_report_args(n, pool)
     specs = [(name, {}) for name in names] if names else list(DEFAULT_SPLITS)
     if params:
         specs = [(name, {**parse_params(params, parse_name(name)[0]), **fixed}) for name, fixed in specs]

@@ -304,6 +304,14 @@ def _split_items(task_names: Iterable[Any]) -> list[tuple[str, Any]]:
     return items
 
 
+def check_report_args(n: int, pool: str) -> None:
+    """The sample size and pool of :func:`distance_report`, refused before anything (a cache) is created."""
+    if not 2 <= int(n) <= MAX_N:
+        raise ConfigError(f"n = {n} records per set is out of range: use 2 <= n <= {MAX_N}")
+    if pool not in ("targets", "adapt"):
+        raise ConfigError(f"unknown pool {pool!r}: use targets or adapt")
+
+
 def distance_report(task_names: Iterable[Any] = DEFAULT_SPLITS, n: int = 200, seed: int = 0,
                     cache: ArtifactCache | None = None, *, pool: str = "targets",
                     progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
@@ -312,10 +320,7 @@ def distance_report(task_names: Iterable[Any] = DEFAULT_SPLITS, n: int = 200, se
     Row keys: split, relation, unit, pool, n_pool, n, w_mean, w_min, nearest, w_all, w:<source> for
     each pretraining source, n_pretrain (records sampled per source, at most ``n``), mixture.
     """
-    if not 2 <= int(n) <= MAX_N:
-        raise ConfigError(f"n = {n} records per set is out of range: use 2 <= n <= {MAX_N}")
-    if pool not in ("targets", "adapt"):
-        raise ConfigError(f"unknown pool {pool!r}: use targets or adapt")
+    check_report_args(n, pool)
     cache = cache or ArtifactCache()
     say = progress or (lambda _msg: None)
     model_dir()  # fail before minutes of building when the model is not installed

@@ -53,9 +53,12 @@ def parse_name(name: str) -> tuple[str, dict[str, Any]]:
     """``"pile_subset:wiki"`` -> ``("pile_subset", {"subset": "wiki"})``; RegistryError/ConfigError if unknown."""
     from bench.registry import TASKS
 
-    base, _, variant = str(name).partition(":")
+    base, colon, variant = str(name).partition(":")
     if base not in TASKS.names():
         raise RegistryError(f"unknown data split '{name}': {_suggest(name)}")
+    if colon and not variant.strip():
+        raise ConfigError(f"data split '{name}' names no variant after the colon: write '{base}' or "
+                          f"'{base}:<variant>' (`privbench data list` shows them)")
     if not variant:
         return base, {}
     variant_param = TASKS.get(base).variant_param

@@ -41,7 +41,8 @@ CORPUS = HERE / "bad_inputs"
 CASES_FILE = CORPUS / "cases.yaml"
 CATEGORIES = {"suites": 12, "data": 8, "plugins": 5, "cli": 3, "db": 4}  # category -> minimum number of cases
 KINDS = {"error", "usage", "warning"}
-DB_SETUPS = {"populated", "none", "text_file", "zero_bytes", "foreign_sqlite", "future_schema", "two_revisions"}
+DB_SETUPS = {"populated", "none", "text_file", "zero_bytes", "foreign_sqlite", "future_schema", "two_revisions",
+             "edited_date", "edited_json"}
 CHECKS = {"unchanged", "failed_run"}
 FIELDS = {"id", "category", "cmd", "exit", "expect", "expect_re", "kind", "db", "check", "bad_attack",
           "bad_defense", "pythonpath", "absent", "mode", "timeout", "xfail", "twice"}
@@ -164,6 +165,13 @@ def _setup_db(kind: str, path: Path, template: Path) -> None:
         shutil.copyfile(template, path)
         con = sqlite3.connect(path)
         con.execute("INSERT INTO alembic_version (version_num) VALUES ('zzz_other')")
+        con.commit()
+        con.close()
+    elif kind in ("edited_date", "edited_json"):  # a column changed by hand into text that does not decode
+        shutil.copyfile(template, path)
+        con = sqlite3.connect(path)
+        con.execute("UPDATE runs SET started_at = 'yesterday'" if kind == "edited_date" else
+                    "UPDATE runs SET config_json = '{not json'")
         con.commit()
         con.close()
     elif kind == "foreign_sqlite":
