@@ -456,12 +456,20 @@ class CheckFailed(PrivbenchError):
 PLUGIN_HELP = "A plugin file (path/to/plugin.py) or the entry-point name of an installed plugin package."
 
 
+#: the least address space (GiB) in which a sandboxed child imports torch, transformers and the runner (measured:
+#: 1 GiB is enough, 0.3 GiB is not)
+MIN_SANDBOX_GIB = 1.0
+
+
 def _limits(timeout: float, memory_gb: float):
     from bench.sandbox import Limits
     import math
     if not (math.isfinite(timeout) and math.isfinite(memory_gb)) or timeout <= 0 or memory_gb <= 0:
         raise PrivbenchError(f"--timeout {timeout:g} and --memory {memory_gb:g} must be positive and finite: e.g. "
                              f"--timeout 3600 --memory 16")
+    if memory_gb < MIN_SANDBOX_GIB:  # the child would fail to load torch, and the failure would read as the plugin's
+        raise PrivbenchError(f"--memory {memory_gb:g} GiB is too little for the sandboxed child to load PyTorch and "
+                             f"privbench: give at least {MIN_SANDBOX_GIB:g} (e.g. --memory 16)")
     if timeout > 1e15 or memory_gb > 1e15:  # past any machine; int() of the product would be meaningless
         raise PrivbenchError(f"--timeout {timeout:g} or --memory {memory_gb:g} is past any machine's limits: e.g. "
                              f"--timeout 3600 --memory 16")

@@ -41,6 +41,8 @@ class PluginRef:
 
 def resolve_plugin(ref: str) -> PluginRef:
     """A ``.py`` file, or the name of an entry point in ``privbench.attacks|defenses|tasks``."""
+    if not ref.strip():
+        raise ConfigError("the plugin is empty text: give the plugin's .py file, or an installed entry-point name")
     p = Path(ref).expanduser()
     if ref.endswith(".py") or p.exists() or "/" in ref:
         if p.is_dir():

@@ -178,7 +178,8 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
     store.close()
     if not keep_sandbox and status == "complete" and not sandbox_dir:
         shutil.rmtree(box, ignore_errors=True)
-    log(f"run {run_id} {status}" + (f": {error}" if error else ""))
+    if error is None:  # a failure is the caller's to report (the CLI's error line): not said twice
+        log(f"run {run_id} complete")
     return SubmitResult(run_id, status, error, plugin.label, run_key, time.perf_counter() - t0, res.isolation)
 
 
