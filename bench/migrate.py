@@ -172,12 +172,9 @@ def _check_baseline(conn: Connection, display_url: str) -> None:
 def upgrade(conn: Connection, display_url: str) -> tuple[str | None, str]:
     """Bring the database on ``conn`` to head inside the caller's transaction; return (from, to).
 
-    ``from`` is None for an unversioned database (stamped at the baseline first). An empty database is refused:
-    there is nothing to upgrade, and `privbench run` creates the tables at head."""
+    ``from`` is None for an unversioned database (stamped at the baseline first) and for an empty one (every
+    migration runs, which creates the tables; `privbench db upgrade` refuses an empty file, see Store)."""
     state, rev = schema_state(conn)
-    if state == "empty":
-        raise StoreError(f"{display_url} has no privbench tables: nothing to upgrade; point --db at a results "
-                         f"database written by `privbench run` (a run creates a new one at the current schema)")
     if state == "newer":
         raise _newer(display_url, rev)
     if state == "foreign":

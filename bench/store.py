@@ -371,6 +371,10 @@ class Store:
                 with conn.begin():
                     if conn.dialect.name == "postgresql":
                         conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_SCHEMA_LOCK})")
+                    if migrate.schema_state(conn)[0] == "empty":  # e.g. a zero-byte file: not a database to migrate
+                        raise StoreError(f"{self.display_url} has no privbench tables: nothing to upgrade; point --db "
+                                         f"at a results database written by `privbench run` (a run creates a new "
+                                         f"one at the current schema)")
                     self.upgraded = migrate.upgrade(conn, self.display_url)
 
     # -------------------------------------------------------- plumbing
