@@ -426,7 +426,8 @@ def board_export(
 ) -> None:
     """Write the leaderboard as static files: index.html (ranked tables and plots per track, viewable offline),
     a page per defense configuration, the Vega-Lite specs of the plots and board.json with the data behind them."""
-    from leaderboard.export import export_db
+    from bench.store import Store
+    from leaderboard.export import check_out, export_db
     from leaderboard.queries import LeaderboardError
 
     if not out.strip():
@@ -434,7 +435,16 @@ def board_export(
     if Path(out).exists() and not Path(out).is_dir():
         raise PrivbenchError(f"--out {out} is a file, not a directory: give a directory (created if missing)")
     try:
-        data = export_db(db, out)
+        check_out(out, db)  # before the database is opened: a board that cannot be written, or would overwrite it
+    except LeaderboardError as exc:
+        raise PrivbenchError(str(exc)) from None
+    # the checks `privbench show` makes, with its messages: the URL (password masked), the driver, the file, the
+    # schema revision; it only reads, and is closed before the export opens the database read-only
+    store = Store(db, create=False)
+    store.close()
+    try:
+        with store._guard("read the rows of the board"):  # a damaged file, a lost connection: as `show` says them
+            data = export_db(db, out)
     except LeaderboardError as exc:
         raise PrivbenchError(str(exc).replace("`-- --db PATH` to streamlit", "--db PATH")) from None
     except OSError as exc:

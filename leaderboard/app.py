@@ -34,7 +34,7 @@ from leaderboard.board import Board, Group, board_from_frames  # noqa: E402
 from leaderboard.plots import headline_chart, headline_points, heatmap_chart, roc_chart  # noqa: E402
 from leaderboard.queries import (  # noqa: E402
     LeaderboardError, check_schema, guarantee_frame, metric_frame, read_only_engine, roc_points, roc_summary,
-    run_frame, scores_frame, utility_frame,
+    run_frame, scores_frame, shown_url, utility_frame,
 )
 
 PAGES = ["Ranking", "Defense page", "Compare", "All results"]
@@ -499,7 +499,7 @@ def main() -> None:
         return
     try:
         if data["metrics"].empty:
-            st.text(f"database: {db} (read-only)")
+            st.text(f"database: {shown_url(db)} (read-only)")  # a password masked
             st.info("the results database holds no complete runs yet: run `privbench run --suite quick`")
             return
         board = board_from_frames(data["metrics"], data["utility"], data["guarantees"], data["runs"])
@@ -516,7 +516,7 @@ def main() -> None:
         else:
             view_all(data)
         _to_url(name, page)
-        st.text(f"database: {db} (read-only)")
+        st.text(f"database: {shown_url(db)} (read-only)")  # a password masked
     finally:
         data["engine"].dispose()
 

@@ -13,6 +13,12 @@ Writes, from the same frames the Streamlit app shows (leaderboard.board):
   per-attack view, plot points, per-configuration details).
 
 Every plugin-supplied string is HTML-escaped. Output is deterministic for a given database (no timestamps).
+
+The export owns, in ``--out``, those two files and the pages in ``specs/`` and ``defense/`` (``BOARD_FILES``,
+``BOARD_PAGES``); any other file there is the user's and stays. It is all or nothing: the board is built in a
+temporary directory next to ``--out`` and moved in only once complete, with the pages it replaces or removes
+(stale ones of an earlier export) moved aside first and put back should any move fail, so a failed export
+leaves ``--out`` as it was. It never replaces or removes the results database it reads.
 """
 
 from __future__ import annotations
@@ -20,7 +26,10 @@ from __future__ import annotations
 import html
 import json
 import math
+import os
 import re
+import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -29,9 +38,14 @@ import pandas as pd
 from leaderboard.aggregate import DISPLAY_COLUMNS, RANKING_RULE, game_attack_grid
 from leaderboard.board import Board, Group, load_board
 from leaderboard.plots import headline_chart, headline_points, headline_svg, roc_svg
-from leaderboard.queries import read_only_engine, roc_points, roc_summary, scores_frame
+from leaderboard.queries import (LeaderboardError, read_only_engine, roc_points, roc_summary, scores_frame,
+                                 shown_url, sqlite_file)
 
-__all__ = ["export_board", "export_db", "group_slug"]
+__all__ = ["BOARD_FILES", "BOARD_PAGES", "check_out", "export_board", "export_db", "group_slug"]
+
+#: what an export owns in --out: these files, and in these folders the pages whose names match the pattern
+BOARD_FILES = ("board.json", "index.html")  # in this order: index.html, which links to the rest, comes last
+BOARD_PAGES = (("specs", "*.vl.json"), ("defense", "*.html"))
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",sans-serif;margin:1.5rem auto;max-width:1340px;color:#222;
@@ -177,13 +191,11 @@ def _defense_page(group: Group, cfg: pd.Series, board: Board, engine) -> tuple[s
     return _page(f"{cfg['defense']} · {group.name} · privbench", "\n".join(body)), details
 
 
-def export_board(board: Board, out: str | Path, *, source: str = "", engine=None) -> dict:
-    """Write index.html, board.json, specs/ and defense/ under ``out``; return the board.json content."""
-    out = Path(out)
-    for sub, pattern in (("specs", "*.vl.json"), ("defense", "*.html")):  # no stale page of an earlier export
-        (out / sub).mkdir(parents=True, exist_ok=True)
-        for old in (out / sub).glob(pattern):
-            old.unlink()
+def _write_board(board: Board, out: Path, *, source: str, engine) -> dict:
+    """Write index.html, board.json, specs/ and defense/ into the empty directory ``out``; return board.json's
+    content."""
+    for sub, _ in BOARD_PAGES:
+        (out / sub).mkdir()
     nav = " ".join(f'<a href="#{_e(group_slug(n))}">{_e(g.title())}</a>' for n, g in board.groups.items())
     body = ["<h1>privbench leaderboard</h1>",
             f'<p class="meta">One ranking per track; suites without a track follow. Source: {_e(source)} · '
@@ -230,11 +242,204 @@ def export_board(board: Board, out: str | Path, *, source: str = "", engine=None
     return data
 
 
+def _pages(folder: Path, pattern: str) -> list[Path]:
+    """The pages of an earlier export in ``folder`` (files and links whose names match; a directory is not one)."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob(pattern) if p.is_symlink() or not p.is_dir())
+
+
+def _owned(out: Path) -> list[Path]:
+    """Every path in ``out`` that an export replaces or removes, as far as it exists today."""
+    paths = [out / name for name in BOARD_FILES if os.path.lexists(out / name)]
+    for sub, pattern in BOARD_PAGES:
+        paths += _pages(out / sub, pattern)
+    return paths
+
+
+def _same_file(path: Path, db: Path | None, db_stat) -> bool:
+    if db is None:
+        return False
+    if Path(os.path.realpath(path)) == db:
+        return True
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return db_stat is not None and (st.st_dev, st.st_ino) == (db_stat.st_dev, db_stat.st_ino)
+
+
+def _database(db: str | Path | None) -> tuple[Path | None, os.stat_result | None]:
+    """(resolved path, stat) of the SQLite file ``db`` names; (None, None) for another database."""
+    path = sqlite_file(str(db)) if db is not None else None
+    if path is None:
+        return None, None
+    try:
+        return path, os.stat(path)
+    except OSError:
+        return path, None
+
+
+def _refuse_database(out: Path, shown_out: str, db: Path | None, db_stat) -> None:
+    """Refuse an --out whose board would replace or remove the database file (or the folder it is in)."""
+    if db is None:
+        return
+    real = Path(os.path.realpath(out))
+    for sub, _ in BOARD_PAGES:
+        folder = Path(os.path.realpath(real / sub))
+        if folder == db or folder in db.parents:
+            raise LeaderboardError(f"the results database {db} is in {shown_out}/{sub}/, where the board export "
+                                   f"writes and removes pages: move the database out of {shown_out}, or give "
+                                   f"another --out")
+    for path in [real / name for name in BOARD_FILES] + _owned(real):
+        if _same_file(path, db, db_stat):
+            raise LeaderboardError(f"the results database {db} is the board's {path.relative_to(real)} in "
+                                   f"{shown_out}, a file the export replaces: it would overwrite the database; move "
+                                   f"the database out of {shown_out}, or give another --out")
+
+
+def check_out(out: str | Path, db: str | Path | None = None) -> None:
+    """Refuse, before anything is read or written, an ``out`` the export cannot complete in (a directory where it
+    writes a file, a file where it writes a folder) or where it would replace or remove the database ``db``."""
+    shown_out = str(out).rstrip("/") or str(out)
+    out = Path(out)
+    if os.path.lexists(out) and not out.is_dir():
+        raise LeaderboardError(f"--out {shown_out} is a file, not a directory: give a directory (created if "
+                               f"missing)")
+    _refuse_database(out, shown_out, *_database(db))
+    for name in BOARD_FILES:
+        if (out / name).is_dir() and not (out / name).is_symlink():
+            raise LeaderboardError(f"{shown_out}/{name} is a directory, where the board export writes its {name} "
+                                   f"file: move or remove that directory, or give another --out")
+    for sub, _ in BOARD_PAGES:
+        if os.path.lexists(out / sub) and not (out / sub).is_dir():
+            raise LeaderboardError(f"{shown_out}/{sub} is a file, where the board export writes its {sub}/ folder "
+                                   f"of pages: move or remove that file, or give another --out")
+
+
+def _make_dirs(path: Path) -> list[Path]:
+    """``mkdir -p path``; return the directories it created, outermost first."""
+    missing = []
+    while not os.path.lexists(path) and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    created = []
+    try:
+        for d in reversed(missing):
+            d.mkdir()
+            created.append(d)
+    except BaseException:
+        _remove_dirs(created)
+        raise
+    return created
+
+
+def _remove_dirs(created: list[Path]) -> None:
+    for d in reversed(created):
+        try:
+            d.rmdir()
+        except OSError:
+            pass
+
+
+class _Install:
+    """Moves the built board (``work/new``) into ``out`` by renames on one filesystem, moving what it replaces or
+    removes into ``work/old`` first; ``rollback`` undoes every move, in reverse."""
+
+    def __init__(self, work: Path, out: Path, db: Path | None, db_stat) -> None:
+        self.new, self.old, self.out, self.db, self.db_stat = work / "new", work / "old", out, db, db_stat
+        self.created: list[Path] = []
+        self.journal: list[tuple[Path, Path | None]] = []  # (path in out, where its earlier file went or None)
+
+    def _set_aside(self, path: Path) -> Path:
+        if _same_file(path, self.db, self.db_stat):  # checked before, and again at the very move
+            raise LeaderboardError(f"the results database {self.db} is the board's {path.relative_to(self.out)} in "
+                                   f"{self.out}, a file the export replaces: it would overwrite the database; move "
+                                   f"the database out of {self.out}, or give another --out")
+        aside = self.old / path.relative_to(self.out)
+        aside.parent.mkdir(parents=True, exist_ok=True)
+        os.rename(path, aside)
+        self.journal.append((path, aside))
+        return aside
+
+    def _place(self, src: Path, dest: Path) -> None:
+        if os.path.lexists(dest):
+            self._set_aside(dest)
+        os.rename(src, dest)
+        self.journal.append((dest, None))
+
+    def run(self) -> None:
+        if not os.path.lexists(self.out):
+            self.out.mkdir()
+            self.created.append(self.out)
+        for sub, pattern in BOARD_PAGES:
+            folder = self.out / sub
+            if not os.path.lexists(folder):
+                folder.mkdir()
+                self.created.append(folder)
+            fresh = sorted(p.name for p in (self.new / sub).iterdir())
+            for stale in _pages(folder, pattern):  # no stale page of an earlier export
+                if stale.name not in fresh:
+                    self._set_aside(stale)
+            for name in fresh:
+                self._place(self.new / sub / name, folder / name)
+        for name in BOARD_FILES:
+            self._place(self.new / name, self.out / name)
+
+    def rollback(self) -> bool:
+        """Undo every move, newest first; True when all of them were undone."""
+        ok = True
+        for path, aside in reversed(self.journal):
+            try:
+                if aside is None:
+                    os.unlink(path)
+                else:
+                    os.rename(aside, path)
+            except OSError:
+                ok = False
+        _remove_dirs(self.created)
+        return ok
+
+
+def export_board(board: Board, out: str | Path, *, source: str = "", engine=None,
+                 database: str | Path | None = None) -> dict:
+    """Write index.html, board.json, specs/ and defense/ under ``out``, all or nothing; return the board.json
+    content. ``database``: the SQLite file (path or URL) the board was read from, which the export refuses to
+    replace or remove."""
+    check_out(out, database)
+    db, db_stat = _database(database)
+    out = Path(os.path.realpath(out))  # the temporary directory goes next to the real folder: one filesystem
+    created = _make_dirs(out.parent)
+    try:
+        work = Path(tempfile.mkdtemp(prefix=f".{out.name or 'board'}.export-", dir=out.parent))
+    except PermissionError:
+        if not out.is_dir():
+            raise
+        # a folder the user may write in a parent they may not (--out /srv/board, --out .): build inside it
+        work = Path(tempfile.mkdtemp(prefix=".board.export-", dir=out))
+    except BaseException:
+        _remove_dirs(created)
+        raise
+    install = _Install(work, out, db, db_stat)
+    try:
+        (work / "new").mkdir()
+        data = _write_board(board, work / "new", source=source, engine=engine)
+        install.run()
+    except BaseException:
+        if install.rollback():  # else a file whose move could not be undone stays in work/old: not lost
+            shutil.rmtree(work, ignore_errors=True)
+            _remove_dirs(created)
+        raise
+    shutil.rmtree(work, ignore_errors=True)
+    return data
+
+
 def export_db(db: str, out: str | Path) -> dict:
     """Open ``db`` read-only, build the board and export it (what ``privbench board export`` runs)."""
+    check_out(out, db)  # before the database is opened
     engine = read_only_engine(db)
     try:
         board = load_board(engine)
-        return export_board(board, out, source=db, engine=engine)
+        return export_board(board, out, source=shown_url(db), engine=engine, database=db)
     finally:
         engine.dispose()

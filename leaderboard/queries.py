@@ -7,6 +7,7 @@ are opened with the URI ``mode=ro``, so the page cannot write to the results dat
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from pathlib import Path
 from urllib.parse import quote
@@ -17,8 +18,8 @@ from sklearn.metrics import roc_curve
 from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import Engine, make_url
 
-__all__ = ["LeaderboardError", "REQUIRED_TABLES", "read_only_engine", "check_schema", "run_columns",
-           "evaluation_frame", "metric_frame", "utility_frame", "guarantee_frame", "run_frame",
+__all__ = ["LeaderboardError", "REQUIRED_TABLES", "shown_url", "sqlite_file", "read_only_engine", "check_schema",
+           "run_columns", "evaluation_frame", "metric_frame", "utility_frame", "guarantee_frame", "run_frame",
            "scores_frame", "roc_points", "roc_summary", "attack_family"]
 
 REQUIRED_TABLES = ("runs", "evaluations", "metrics", "scores", "utility", "guarantees")
@@ -31,6 +32,34 @@ class LeaderboardError(Exception):
     """A results database the page cannot show; the message names the problem and the fix."""
 
 
+def shown_url(db: str) -> str:
+    """``db`` as messages and pages show it: a URL's password masked (``user:***@``), the way bench.store shows
+    a database (SQLAlchemy's rendering when the URL parses, else the same regular expression as
+    ``bench.store._mask_password``, which this module cannot import: the page imports no privbench code beyond
+    its own; tests/test_board_export_errors.py checks that the two agree)."""
+    if "://" not in db:
+        return db
+    try:
+        return make_url(db).render_as_string(hide_password=True)
+    except Exception:
+        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", db)
+
+
+def sqlite_file(db: str) -> Path | None:
+    """The absolute path of the SQLite file ``db`` names (a path, or a ``sqlite:///`` URL), else None (another
+    database, an in-memory one, a ``file:`` URI, a URL that does not parse)."""
+    if "://" in db:
+        try:
+            url = make_url(db)
+        except Exception:
+            return None
+        if url.get_backend_name() != "sqlite" or not url.database or url.database.startswith("file:") \
+                or url.database == ":memory:":
+            return None
+        db = url.database
+    return Path(db).expanduser().resolve()
+
+
 def read_only_engine(db: str) -> Engine:
     """Open a SQLite file read-only (URI ``mode=ro``); other SQLAlchemy URLs as given (PostgreSQL with
     read-only transactions). The page only ever issues SELECTs."""
@@ -38,21 +67,30 @@ def read_only_engine(db: str) -> Engine:
         try:
             url = make_url(db)
         except Exception:
-            raise LeaderboardError(f"malformed database URL {db!r}: pass a file path or a SQLAlchemy URL") from None
-        if url.get_backend_name() == "sqlite" and url.database and not url.database.startswith("file:") \
-                and url.database != ":memory:":
-            db = url.database  # a SQLite file given as a URL is opened read-only like a path
-    if "://" not in db:
-        path = Path(db).expanduser().resolve()
+            raise LeaderboardError(f"malformed database URL {shown_url(db)!r}: pass a file path or a SQLAlchemy "
+                                   "URL") from None
+    path = sqlite_file(db)
+    if path is not None:  # a SQLite file given as a URL is opened read-only like a path
         if not path.is_file():
             raise LeaderboardError(f"no results database at {path}: run `privbench run --suite quick` first, "
                                    "or pass `-- --db PATH` to streamlit")
         uri = f"file:{quote(str(path), safe='/')}?mode=ro"  # percent-encoded: any file name works
-        return create_engine("sqlite://", creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False))
-    url = make_url(db)
+        return create_engine("sqlite://", creator=lambda: sqlite3.connect(uri, uri=True, check_same_thread=False),
+                             execution_options={SHOWN_OPTION: f"sqlite:///{path}"})
+    shown = url.render_as_string(hide_password=True)
     if url.get_backend_name() == "postgresql":  # read-only transactions on the server side too
-        return create_engine(url, execution_options={"postgresql_readonly": True})
-    return create_engine(url)
+        return create_engine(url, execution_options={"postgresql_readonly": True, SHOWN_OPTION: shown})
+    return create_engine(url, execution_options={SHOWN_OPTION: shown})
+
+
+#: execution option of an engine from read_only_engine: its database as messages show it (the engine of a SQLite
+#: file has the URL ``sqlite://``: the read-only connection comes from a creator)
+SHOWN_OPTION = "leaderboard_database"
+
+
+def _shown(engine: Engine) -> str:
+    """The database of ``engine`` as messages show it (password masked)."""
+    return engine.get_execution_options().get(SHOWN_OPTION) or engine.url.render_as_string(hide_password=True)
 
 
 def check_schema(engine: Engine) -> None:
@@ -111,7 +149,14 @@ def run_columns(engine: Engine) -> dict[str, str | None]:
 
 def _read(engine: Engine, sql: str, **params) -> pd.DataFrame:
     with engine.connect() as conn:
-        return pd.read_sql(text(sql), conn, params=params or None)
+        try:
+            return pd.read_sql(text(sql), conn, params=params or None)
+        except pd.errors.DatabaseError as exc:
+            # pandas wraps SQLAlchemy's error in its own DatabaseError, an OSError (a damaged file would read as
+            # a failed write of the board): raise the database's own error, which callers translate
+            if isinstance(exc.__cause__, Exception):
+                raise exc.__cause__ from None
+            raise
 
 
 EVALUATIONS_SQL = """
@@ -167,14 +212,32 @@ def evaluation_frame(engine: Engine) -> pd.DataFrame:
     return ev
 
 
+def _numbers(engine: Engine, frame: pd.DataFrame, table: str, columns: tuple[str, ...]) -> pd.DataFrame:
+    """``frame`` with ``columns`` as floats; a value that is no number (text written into a REAL column by hand
+    or by another tool: SQLite keeps it) raises LeaderboardError naming the database, the table and the value,
+    instead of failing deep inside the aggregation."""
+    for col in columns:
+        if col not in frame.columns or frame[col].dtype.kind in "fiub":
+            continue
+        values = pd.to_numeric(frame[col], errors="coerce")
+        bad = frame[col].notna() & values.isna()
+        if bad.any():
+            raise LeaderboardError(f"{_shown(engine)} holds a value that is not a number in table {table} "
+                                   f"(column {col}: {frame[col][bad].iloc[0]!r}, {int(bad.sum())} row(s)): restore "
+                                   "the database from a copy, or rerun the suite into a new database")
+        frame[col] = values.astype(float)
+    return frame
+
+
 def metric_frame(engine: Engine) -> pd.DataFrame:
     """One row per stored metric of a complete run, joined with its evaluation."""
     ev = evaluation_frame(engine)
-    return ev.merge(_read(engine, METRICS_SQL), on="evaluation_id")
+    metrics = _numbers(engine, _read(engine, METRICS_SQL), "metrics", ("value", "ci_low", "ci_high"))
+    return ev.merge(metrics, on="evaluation_id")
 
 
 def utility_frame(engine: Engine) -> pd.DataFrame:
-    return _read(engine, UTILITY_SQL)
+    return _numbers(engine, _read(engine, UTILITY_SQL), "utility", ("value",))
 
 
 def guarantee_frame(engine: Engine) -> pd.DataFrame:
@@ -209,7 +272,8 @@ def scores_frame(engine: Engine, evaluation_ids: list[int]) -> pd.DataFrame:
     ids = [int(i) for i in evaluation_ids]
     if not ids:
         return pd.DataFrame(columns=["evaluation_id", "target_id", "label", "score"])
-    return _read(engine, SCORES_SQL.format(ids=", ".join(str(i) for i in ids)))
+    return _numbers(engine, _read(engine, SCORES_SQL.format(ids=", ".join(str(i) for i in ids))), "scores",
+                    ("label", "score"))
 
 
 def roc_points(scores: pd.DataFrame) -> pd.DataFrame:
