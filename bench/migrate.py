@@ -96,6 +96,10 @@ def revision_of(conn: Connection) -> str | None:
 def schema_state(conn: Connection) -> tuple[str, str | None]:
     """(state, revision): state is empty, foreign, unversioned, older, current or newer (module docstring)."""
     names = set(inspect(conn).get_table_names())
+    if VERSION_TABLE in names and not names & set(TABLE_NAMES):
+        rev = revision_of(conn)
+        if rev is not None and not _known(rev):
+            return "foreign", rev  # another tool's alembic stamp, none of privbench's tables: not a newer privbench
     if VERSION_TABLE in names:
         rev = revision_of(conn)
         if rev is not None:
@@ -113,7 +117,8 @@ def schema_state(conn: Connection) -> tuple[str, str | None]:
 def foreign_error(display_url: str, tables) -> StoreError:
     """The refusal of a database whose ``tables`` are not (all of) privbench's."""
     names = sorted(set(tables) - {VERSION_TABLE})
-    return StoreError(f"{display_url} is not a privbench results database (it holds the tables {', '.join(names)}): "
+    holds = f"the tables {', '.join(names)}" if names else f"only an {VERSION_TABLE} table, of another tool"
+    return StoreError(f"{display_url} is not a privbench results database (it holds {holds}): "
                       f"point --db at a database written by `privbench run`, or at a new file")
 
 

@@ -42,7 +42,7 @@ CASES_FILE = CORPUS / "cases.yaml"
 CATEGORIES = {"suites": 12, "data": 8, "plugins": 5, "cli": 3, "db": 4}  # category -> minimum number of cases
 KINDS = {"error", "usage", "warning"}
 DB_SETUPS = {"populated", "none", "text_file", "zero_bytes", "foreign_sqlite", "future_schema", "two_revisions",
-             "edited_date", "edited_json"}
+             "edited_date", "edited_json", "foreign_alembic"}
 CHECKS = {"unchanged", "failed_run"}
 FIELDS = {"id", "category", "cmd", "exit", "expect", "expect_re", "kind", "db", "check", "bad_attack",
           "bad_defense", "pythonpath", "absent", "mode", "timeout", "xfail", "twice"}
@@ -172,6 +172,12 @@ def _setup_db(kind: str, path: Path, template: Path) -> None:
         con = sqlite3.connect(path)
         con.execute("UPDATE runs SET started_at = 'yesterday'" if kind == "edited_date" else
                     "UPDATE runs SET config_json = '{not json'")
+        con.commit()
+        con.close()
+    elif kind == "foreign_alembic":  # another tool's migrations stamped this file, and it has none of our tables
+        con = sqlite3.connect(path)
+        con.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL PRIMARY KEY)")
+        con.execute("INSERT INTO alembic_version VALUES ('abc123')")
         con.commit()
         con.close()
     elif kind == "foreign_sqlite":
