@@ -169,19 +169,21 @@ def _adapt(w: Worlds, p: AdaptJob, _done) -> None:
     # its rows (guarantee, matched utility) come with its utility job, whose stored row marks it done
 
 
-def _refuse_diverged(w: Worlds, p: WorldJob, bad: int, n: int) -> None:
-    """A defense's release (or its own θ) with NaN or infinite log-probabilities on ``bad`` of ``n`` texts fails
-    the run naming the defense: else every attack on it would fail with NaN scores, or its utility row could not
-    be stored, as if privbench were broken."""
-    if bad and p.di is not None and p.role in ("adapted", "pretrained"):
+def _refuse_diverged(w: Worlds, p: WorldJob, signals: list) -> None:
+    """A defense's release (or its own θ) whose ``signals`` hold NaN or infinite log-probabilities fails the run
+    naming the defense: else every attack on it would fail with NaN scores, or its utility row could not be
+    stored, as if privbench were broken."""
+    if p.di is None or p.role not in ("adapted", "pretrained"):
+        return
+    bad = sum(not np.isfinite(s.logprobs).all() for s in signals)
+    if bad:
         raise PluginError(f"defense '{w.suite.defenses[p.di].label}' released a model whose log-probabilities are "
-                          f"NaN or infinite on {bad} of {n} texts: fix the defense (a diverged training run: lower "
-                          f"its learning rate, or check its arithmetic)")
+                          f"NaN or infinite on {bad} of {len(signals)} texts: fix the defense (a diverged training "
+                          f"run: lower its learning rate, or check its arithmetic)")
 
 
 def _signals(w: Worlds, p: SignalsJob, _done) -> None:
-    signals = w.model_lm(p.ti, p.mi, p.seed, p.role, p.di).token_signals(w.warm(p.ti, p.seed))
-    _refuse_diverged(w, p, sum(not np.isfinite(s.logprobs).all() for s in signals), len(signals))
+    _refuse_diverged(w, p, w.model_lm(p.ti, p.mi, p.seed, p.role, p.di).token_signals(w.warm(p.ti, p.seed)))
 
 
 def _where(w: Worlds, p: WorldJob) -> dict:
@@ -193,8 +195,7 @@ def _utility(w: Worlds, p: UtilityJob, _done) -> JobResult:
     last: its presence is what marks the job done, so a run killed in between redoes the job."""
     lm = w.model_lm(p.ti, p.mi, p.seed, p.role, p.di)
     heldout = w.heldout(p.ti)
-    held = lm.token_signals(heldout)  # scored once: the utility rows below read the same cached signals
-    _refuse_diverged(w, p, sum(not np.isfinite(s.logprobs).all() for s in held), len(held))
+    _refuse_diverged(w, p, lm.token_signals(heldout))  # scored once: the rows below read these cached signals
     rows: list = []
     train = None
     defense = w.suite.defenses[p.di].label if p.di is not None else "-"
