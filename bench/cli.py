@@ -443,7 +443,7 @@ def board_export(
     store = Store(db, create=False)
     store.close()
     try:
-        with store._guard("read the rows of the board"):  # a damaged file, a lost connection: as `show` says them
+        with store.database_errors("read the rows of the board"):  # a damaged file, a lost connection: as `show` says them
             data = export_db(db, out)
     except LeaderboardError as exc:
         raise PrivbenchError(str(exc).replace("`-- --db PATH` to streamlit", "--db PATH")) from None

@@ -462,6 +462,12 @@ class Store:
         except (SQLAlchemyError, self._dbapi_error) as exc:  # type: ignore[misc]
             raise self._translate(exc, action) from exc
 
+    def database_errors(self, action: str):
+        """A context in which errors of this database's driver (damaged file, lost server, locked file) become
+        the one-line :class:`StoreError` the store itself raises, e.g. for code reading the same database through
+        another engine (the leaderboard's read-only one)."""
+        return self._guard(action)
+
     @contextmanager
     def _write(self, action: str) -> Iterator[Session]:
         """A session inside one write transaction (BEGIN IMMEDIATE on SQLite)."""
