@@ -186,7 +186,8 @@ def validate(ref: str, *, cache: str | None = None, limits: Limits = Limits(wall
         checks.append(Check("sandbox", False, failure, "fix the plugin so it runs inside the limits, offline, "
                                                        "writing only under its working directory"))
     elif res.returncode not in (0, FAILURE_EXIT) or not checks:
-        checks.append(Check("child", False, f"validation did not finish (exit {res.returncode})",
+        early = "" if checks else ", before its first check: did the plugin end the process (sys.exit, os._exit)?"
+        checks.append(Check("child", False, f"validation did not finish (exit {res.returncode}{early})",
                             f"see {box}/child.stderr"))
     if not sandbox_dir and checks and all(c.ok for c in checks):
         shutil.rmtree(box, ignore_errors=True)  # kept when something failed, for its logs

@@ -54,6 +54,17 @@ def test_import_error_is_reported(tmp_path, cache):
     assert not checks[0].ok and checks[0].name == "import" and "this_module_does_not_exist" in checks[0].problem
 
 
+@pytest.mark.parametrize("ending", ["import sys\nsys.exit(0)\n", "import os\nos._exit(0)\n"])
+def test_a_plugin_that_ends_the_process_is_named(tmp_path, cache, ending):
+    """Exit code 0 and no check reported: the child ended before its first check, which the line says (it used to
+    read as an unexplained "did not finish (exit 0)")."""
+    quitter = tmp_path / "quitter.py"
+    quitter.write_text('"""Ends the validating process at import."""\n' + ending)
+    checks = validate(str(quitter), cache=str(cache.root), limits=LIMITS)
+    assert [c.name for c in checks] == ["child"] and not checks[0].ok
+    assert "exit 0, before its first check" in checks[0].problem and "sys.exit, os._exit" in checks[0].problem
+
+
 def test_missing_plugin_file(capsys):
     rc = main(["validate", "no/such/plugin.py"])
     err = capsys.readouterr().err
