@@ -130,8 +130,7 @@ def _check_revision(engine: Engine) -> None:
         rev = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() if has_version else None
     if rev == head:
         return
-    shown = engine.url.render_as_string(hide_password=True)
-    db = shown if shown != "sqlite://" else "PATH"
+    db = _shown(engine)
     if rev is not None and rev not in known:
         raise LeaderboardError(f"the results database has schema revision {rev!r}, newer than this privbench knows: "
                                "upgrade privbench (`pip install -U privbench`) to show it")

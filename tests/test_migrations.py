@@ -8,6 +8,7 @@ utility row of the smoke suite).
 
 from __future__ import annotations
 
+import re
 import shutil
 import sqlite3
 from pathlib import Path
@@ -172,7 +173,8 @@ def test_leaderboard_refuses_unversioned_and_newer_databases(old_db, tmp_path):
     from leaderboard.queries import LeaderboardError, check_schema, read_only_engine
     before = _dump(old_db)
     engine = read_only_engine(str(old_db))
-    with pytest.raises(LeaderboardError, match=r"unversioned schema.*run `privbench db upgrade --db PATH` first"):
+    with pytest.raises(LeaderboardError, match=r"unversioned schema.*run `privbench db upgrade --db "
+                                               + re.escape(f"sqlite:///{old_db}") + "` first"):
         check_schema(engine)
     engine.dispose()
     assert _dump(old_db) == before and migrate.VERSION_TABLE not in _tables(old_db)
