@@ -32,6 +32,11 @@ class LeaderboardError(Exception):
     """A results database the page cannot show; the message names the problem and the fix."""
 
 
+#: execution option of an engine from read_only_engine: its database as messages show it (the engine of a SQLite
+#: file has the URL ``sqlite://``: the read-only connection comes from a creator)
+SHOWN_OPTION = "leaderboard_database"
+
+
 def shown_url(db: str) -> str:
     """``db`` as messages and pages show it: a URL's password masked (``user:***@``), the way bench.store shows
     a database (SQLAlchemy's rendering when the URL parses, else the same regular expression as
@@ -81,11 +86,6 @@ def read_only_engine(db: str) -> Engine:
     if url.get_backend_name() == "postgresql":  # read-only transactions on the server side too
         return create_engine(url, execution_options={"postgresql_readonly": True, SHOWN_OPTION: shown})
     return create_engine(url, execution_options={SHOWN_OPTION: shown})
-
-
-#: execution option of an engine from read_only_engine: its database as messages show it (the engine of a SQLite
-#: file has the URL ``sqlite://``: the read-only connection comes from a creator)
-SHOWN_OPTION = "leaderboard_database"
 
 
 def _shown(engine: Engine) -> str:
