@@ -118,16 +118,18 @@ def list_(
                        targets=size["targets"]["n_records"], targets_chars=size["targets"]["n_chars"])
         rows.append(row)
     offline = {n.split(":")[0] for n in offline_splits()}
-    needs = []
+    needs, per_suite = [], []
     for tname in TASKS.names():
         if tname in offline:
             continue
         cls = TASKS.get(tname)
-        needs.append({"name": tname, "needs": cls.needs or "not built by `data build --all`: see its parameters "
-                                                           "in `privbench list tasks`",
-                      "description": cls.description})
+        entry = {"name": tname, "description": cls.description}
+        if cls.needs:
+            needs.append(dict(entry, needs=cls.needs))
+        else:
+            per_suite.append(entry)
     if fmt == "json":
-        typer.echo(json.dumps({"splits": rows, "needs_source": needs}, indent=2))
+        typer.echo(json.dumps({"splits": rows, "built_per_suite": per_suite, "needs_source": needs}, indent=2))
         return
     table = [dict(r, licenses="; ".join(r["licenses"])) for r in rows]
     cols = ["name", "relation", "unit", "membership", "built"]
@@ -135,6 +137,10 @@ def list_(
         cols += ["pretrain", "adapt", "targets", "targets_chars"]
     typer.echo("OFFLINE SPLITS (build with `privbench data build`)")
     typer.echo(format_rows(table, "table", columns=cols + ["licenses"]))
+    typer.echo("\nBUILT WHEN A SUITE USES THEM (offline; their parameters are in `privbench list tasks`)")
+    for it in per_suite:
+        typer.echo(f"  {it['name']}")
+        typer.echo(f"      {it['description']}")
     typer.echo("\nNEEDS A SOURCE (not built by `data build --all`)")
     for it in needs:
         typer.echo(f"  {it['name']}: needs {it['needs']}")

@@ -52,7 +52,10 @@ def test_list_table(tmp_path):
         assert name in out
     assert "CC BY-SA 3.0" in out and "PSF-2.0" in out
     head, needs = out.split("NEEDS A SOURCE")
+    head, per_suite = head.split("BUILT WHEN A SUITE USES THEM")
     assert "local_text" in needs and "samsum" in needs and "local_text" not in head
+    assert {"secrets", "secrets_replaced", "synthetic_users"} <= set(per_suite.split())
+    assert "secrets" not in needs.split() and "secrets:" not in needs
 
 
 def test_list_json(tmp_path):
@@ -66,6 +69,9 @@ def test_list_json(tmp_path):
     assert {"mimir", "pile_split", "samsum", "german_wiki", "enron_users", "local_text"} <= \
         {r["name"] for r in data["needs_source"]}
     assert all(r["description"] for r in data["needs_source"])
+    per_suite = {r["name"] for r in data["built_per_suite"]}
+    assert {"secrets", "secrets_replaced", "synthetic_users"} <= per_suite
+    assert not per_suite & {r["name"] for r in data["needs_source"]}
 
 
 def test_build_one_small_split_then_cached(cache_dir):
