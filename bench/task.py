@@ -45,7 +45,7 @@ class TaskData:
     population_owners: tuple[str, ...] | None = None
     #: every secret the task inserted (secret-bearing tasks), target and non-target alike: secret string ->
     #: {"secret_id", "p", "r", "n_records", "kind", "partition"}. Challenger-only: the defender gets the entries of
-    #: the secrets in its own texts (tasks.secrets.defender_secrets), the attacker only the target secrets'
+    #: the secrets in its own texts (bench.units.defender_secrets), the attacker only the target secrets'
     #: public spec (public_format["secrets"])
     secret_spec: dict[str, dict[str, Any]] | None = None
 
