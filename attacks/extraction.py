@@ -15,7 +15,9 @@ after Carlini et al. 2023a)
     has; ``suffix_tokens: null`` takes the whole remainder.
     Deviations: the attacker sees text, not token ids, so the prompt is the *decoded* first ``k`` tokens and
     the model re-encodes it (identical ids unless the cut falls inside a word that BPE then merges
-    differently; the papers prompt with token ids); a target of at most ``k`` tokens has no suffix and scores
+    differently; the papers prompt with token ids); where the ``k``-th token ends inside a multi-byte character
+    (byte-level BPE), the prefix runs on to the token that completes it, so the prompt is the target's own text
+    and the suffix starts on a character; a target of at most ``k`` tokens has no suffix and scores
     0; a clipped (short) suffix is easier to reproduce than a full ``suffix_tokens`` one.
     Tokenisation goes through ``split_at_token(text, n_tokens) -> (head, tail)`` of the released model.
 
@@ -101,6 +103,22 @@ def _count_tokens(split: Callable[[str, int], tuple[str, str]], text: str, lo: i
     return hi
 
 
+#: UTF-8 spreads a character over at most 4 bytes, so a cut moves past at most 3 more tokens
+_MAX_CHARACTER_TOKENS = 4
+
+
+def _character_boundary(split: Callable[[str, int], tuple[str, str]], text: str, k: int) -> int:
+    """``k``, or the first token count after it that ends on a character: byte-level BPE spreads a multi-byte
+    character over several tokens, and a prefix cut inside one decodes to U+FFFD, which is not a prefix of the
+    target and not a prompt the model was trained on."""
+    n = k
+    head, rest = split(text, n)
+    while rest and head.endswith("\ufffd") and not text.startswith(head) and n < k + _MAX_CHARACTER_TOKENS:
+        n += 1
+        head, rest = split(text, n)
+    return n
+
+
 # -- k-extractable memorization --------------------------------------------------------------------
 class ExtractionAttack(Attack):
     """An extraction attack: one value per target (extracted or not, digits recovered, token accuracy) whose rows of
@@ -132,12 +150,13 @@ class KExtractionAttack(ExtractionAttack):
 
     def _cut(self, split, text: str) -> tuple[str, str, int]:
         """(prefix, true suffix, suffix length in tokens); length 0 when the target has at most k tokens."""
-        head, rest = split(text, self.k)
+        k = _character_boundary(split, text, self.k)
+        head, rest = split(text, k)
         if rest == "":
             return head, "", 0
-        m = _count_tokens(split, text, self.k, None if self.suffix_tokens is None else self.k + self.suffix_tokens)
-        m -= self.k
-        head2, tail2 = split(text, self.k + m)
+        m = _count_tokens(split, text, k, None if self.suffix_tokens is None else k + self.suffix_tokens)
+        m -= k
+        head2, tail2 = split(text, k + m)
         if tail2 == "":
             suffix = rest
         elif head2.startswith(head):
@@ -145,8 +164,8 @@ class KExtractionAttack(ExtractionAttack):
         elif rest.endswith(tail2):
             suffix = rest[: len(rest) - len(tail2)]
         else:
-            raise ValueError(f"the model's decoding is not concatenative: the first {self.k} tokens of a target "
-                             f"do not decode to a prefix of its first {self.k + m} tokens; split_at_token must "
+            raise ValueError(f"the model's decoding is not concatenative: the first {k} tokens of a target "
+                             f"do not decode to a prefix of its first {k + m} tokens; split_at_token must "
                              f"decode without cleaning up spaces")
         return head, suffix, m
 

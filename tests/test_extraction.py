@@ -150,6 +150,35 @@ def test_k_extraction_is_one_for_memorised_and_zero_otherwise():
     assert KExtractionAttack(k=3, suffix_tokens=None).score(view_of(model, texts)).tolist() == [1, 1, 1, 0, 0]
 
 
+def test_k_extraction_cut_inside_a_multibyte_character_moves_to_its_end(tmp_path):
+    """Byte-level BPE spreads 'ā' over two tokens; a k-token prefix ending between them decodes to U+FFFD. The
+    cut runs on to the character's end (the mitigations suite's null game has such a Wikipedia target)."""
+    from transformers import AutoTokenizer
+
+    from bench.tokenizer import train_bpe_tokenizer
+
+    train_bpe_tokenizer([" ".join(["the name of the land"] * 50)] * 20, tmp_path, vocab_size=300)
+    tok = AutoTokenizer.from_pretrained(str(tmp_path))
+
+    def split(text, n):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        n = max(0, min(n, len(ids)))
+        return tok.decode(ids[:n], skip_special_tokens=True), tok.decode(ids[n:], skip_special_tokens=True)
+
+    text = "the name Afghānistān of the land is old and the land is the name"
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    k = next(n for n in range(1, len(ids)) if split(text, n)[0].endswith("\ufffd"))  # inside the first 'ā'
+    assert not text.startswith(split(text, k)[0])
+    head, suffix, m = KExtractionAttack(k=k, suffix_tokens=5)._cut(split, text)
+    assert head.endswith("ā") and text.startswith(head) and m == 5
+    # the suffix is the next 5 tokens decoded as `generate` decodes them (its end may fall inside a character too)
+    assert text[len(head):].startswith(suffix.rstrip("\ufffd")) and head + suffix == split(text, k + 1 + 5)[0]
+    assert split(text, k + 1)[0] == head  # one more token completes the character
+    # a target whose text holds U+FFFD itself keeps its k tokens
+    plain = "the name \ufffd of the land is old"
+    assert KExtractionAttack(k=3, suffix_tokens=2)._cut(split, plain)[0] == split(plain, 3)[0]
+
+
 def test_k_extraction_suffix_window_and_short_targets():
     model = MemorisingLM(MEMORISED)
     # same first 8 tokens as a memorised text, different afterwards
