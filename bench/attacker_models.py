@@ -68,11 +68,13 @@ class ReferenceTrainer:
     cache live in a closure, not in attributes.
     """
 
-    __slots__ = ("start", "_run")
+    __slots__ = ("start", "_run", "_private", "__weakref__")
 
-    def __init__(self, start: str, run: Callable[..., LanguageModel]) -> None:
+    def __init__(self, start: str, run: Callable[..., LanguageModel],
+                 private: Callable[[], ReferenceTrainer] | None = None) -> None:
         object.__setattr__(self, "start", start)
         object.__setattr__(self, "_run", run)
+        object.__setattr__(self, "_private", private)
 
     def __setattr__(self, name, value):
         raise AttributeError("the reference trainer is read-only")
@@ -82,6 +84,11 @@ class ReferenceTrainer:
         """A copy of the start model fine-tuned on ``texts``; it releases token log-probs only."""
         return self._run(list(texts), float(epochs), float(lr), int(batch_size), int(seed))
 
+    def with_private_cache(self) -> ReferenceTrainer:
+        """A trainer that trains into a throw-away cache of its own, so that whether a model was trained before
+        (and how fast it comes back) says nothing of another game's calls; itself where it has no cache."""
+        return self._private() if self._private is not None else self
+
 
 def make_trainer(cache: ArtifactCache, spec: ModelSpec, start: tuple[Path | str, str], label: str,
                  device: torch.device, signals: SignalCache | None = None) -> ReferenceTrainer:
@@ -90,13 +97,24 @@ def make_trainer(cache: ArtifactCache, spec: ModelSpec, start: tuple[Path | str,
     The closure captures only the artifact cache, the public model spec, the start model's location, the device
     and the signal cache: nothing that leads to the runner, the challenger or the store.
     """
-    def run(texts, epochs, lr, batch_size, seed) -> LanguageModel:
-        from bench.modeling import load_model
-        path, key = ensure_finetuned(cache, spec, start, texts, epochs=epochs, lr=lr, batch_size=batch_size,
-                                     seed=seed, device=device)
-        model, tok = load_model(path, device=device)
-        lm = HFLanguageModel(model, tok, fingerprint=key, max_length=spec.context_length,
-                             batch_size=spec.score_batch_size, device=device, cache=signals)
-        return RestrictedModel(lm, frozenset({TOKEN_LOGPROBS}), "self-trained reference")
+    def runner(into: ArtifactCache, scores: SignalCache | None) -> Callable[..., LanguageModel]:
+        def run(texts, epochs, lr, batch_size, seed) -> LanguageModel:
+            from bench.modeling import load_model
+            path, key = ensure_finetuned(into, spec, start, texts, epochs=epochs, lr=lr, batch_size=batch_size,
+                                         seed=seed, device=device)
+            model, tok = load_model(path, device=device)
+            lm = HFLanguageModel(model, tok, fingerprint=key, max_length=spec.context_length,
+                                 batch_size=spec.score_batch_size, device=device, cache=scores)
+            return RestrictedModel(lm, frozenset({TOKEN_LOGPROBS}), "self-trained reference")
+        return run
 
-    return ReferenceTrainer(label, run)
+    def private() -> ReferenceTrainer:
+        import shutil
+        import tempfile
+        import weakref
+        scratch = tempfile.mkdtemp(prefix="privbench-trainer-")
+        trainer = ReferenceTrainer(label, runner(ArtifactCache(scratch), SignalCache(None)))
+        weakref.finalize(trainer, shutil.rmtree, scratch, True)
+        return trainer
+
+    return ReferenceTrainer(label, runner(cache, signals), private)

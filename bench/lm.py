@@ -193,6 +193,18 @@ class LanguageModel(ABC):
         """Mean per-token negative log-likelihood of each text."""
         return np.array([s.nll() for s in self.token_signals(texts)], dtype=np.float64)
 
+    def with_private_cache(self) -> LanguageModel:
+        """This model answering from a fresh in-memory cache of its own, neither reading nor adding to the one it
+        shares: a submitted attack's calls are served this way, so how fast a call comes back cannot tell one
+        game what another game's queries were (bench/plugin_worker.py). A model without a cache is returned as
+        it is."""
+        if not hasattr(self, "_cache"):
+            return self
+        import copy
+        twin = copy.copy(self)
+        twin._cache = SignalCache(None)
+        return twin
+
 
 def _load_generations(shard: Path) -> dict[str, str]:
     """A generation shard: a JSON object of generation key -> continuation (anything else is refused)."""
@@ -631,10 +643,11 @@ class RestrictedModel(LanguageModel):
     come back to this handle; docs/attacks.md.)
     """
 
-    __slots__ = ("fingerprint", "capabilities", "_call", "role")
+    __slots__ = ("fingerprint", "capabilities", "_call", "role", "_private")
 
     def __init__(self, model: LanguageModel, capabilities: frozenset[str], role: str) -> None:
         allowed = frozenset(capabilities) & MODEL_CAPABILITIES
+        object.__setattr__(self, "_private", lambda: RestrictedModel(model.with_private_cache(), allowed, role))
 
         def call(method: str, *args):
             caps = {"token_signals": (TOKEN_LOGPROBS,), "next_token_logprobs": (NEXT_TOKEN_DISTRIBUTION,),
@@ -654,6 +667,10 @@ class RestrictedModel(LanguageModel):
 
     def __delattr__(self, name):
         raise AttributeError("released model handles are read-only")
+
+    def with_private_cache(self) -> RestrictedModel:
+        """The same handle over :meth:`LanguageModel.with_private_cache` of the wrapped model."""
+        return self._private()
 
     def token_signals(self, texts: Sequence[str], prefix: str | None = None) -> list[TokenSignals]:
         return self._call("token_signals", list(texts), prefix)

@@ -91,16 +91,16 @@ def test_a_defenses_pretraining_hooks_run_in_real_workers(tmp_path):
 
     from bench.defense import Defense
     from bench.plugin_ref import resolve_plugin
-    from bench.plugin_worker import WorkerSession, worker_defense
+    from bench.plugin_worker import WorkerIsolation, WorkerSession, worker_defense
 
     plugin = resolve_plugin(str(Path(__file__).parent / "plugins" / "mask_defense.py"))
     box = tmp_path / "box"
     box.mkdir()
-    with WorkerSession(plugin, box, box / "violation.json", False) as w:
+    with WorkerSession(plugin, box, box / "violation.json", WorkerIsolation()) as w:
         info = w.info
     assert (info["kind"], info["name"], info["stages"], info["loss_mask"]) == (
         "defense", "even_tokens", ["adapt", "pretrain"], True)
-    defense = worker_defense(plugin, info, box, box / "violation.json", False)()
+    defense = worker_defense(plugin, info, box, box / "violation.json", WorkerIsolation())()
     assert "privbench_submitted_" + plugin.code_hash not in sys.modules  # the plugin was imported in workers only
     kept = defense.pretrain_texts(["a b", "x y", "c"])
     assert (kept.docs, kept.report) == (["a b", "c"], {"dropped": 1})
@@ -108,3 +108,53 @@ def test_a_defenses_pretraining_hooks_run_in_real_workers(tmp_path):
     ids = torch.arange(12).reshape(2, 6)
     assert defense.pretrain_loss_mask(ids).tolist() == (ids % 2 == 0).tolist()
     assert defense.pretrain_loss_mask(ids + 1).tolist() == ((ids + 1) % 2 == 0).tolist()  # same worker, next batch
+
+
+def test_a_workers_calls_neither_read_nor_fill_the_runners_signal_cache(tmp_path):
+    """The cache-timing channel: an attack that scores its targets under a marker prefix in one game, and in a
+    later game times the same calls (a cache hit answers at once, a miss runs the model), would learn which of
+    its targets the earlier game showed it. A worker's calls go to a private-cache twin of each handle
+    (tests/plugins/cache_timing_attack.py is that attack, run end to end in tests/test_submit.py)."""
+    from tiny_training import tiny_model, tiny_world, word_texts
+
+    from bench.lm import HFLanguageModel, SignalCache
+
+    world = tiny_world(tmp_path / "bpe")
+    shared = SignalCache(tmp_path / "signals")
+    lm = HFLanguageModel(tiny_model(world), world["tok"], fingerprint="m", max_length=64, batch_size=4,
+                         cache=shared)
+    texts = word_texts(6, 3)
+    runner_scored = lm.token_signals(texts[:3])  # what the runner scored itself, before any attack
+    shards = sorted((tmp_path / "signals").rglob("*.npz"))
+
+    def game_view(game: str) -> AttackerView:
+        return AttackerView(game, tuple(Target(f"t{i}", t) for i, t in enumerate(texts)),
+                            RestrictedModel(lm, frozenset({TOKEN_LOGPROBS}), "adapted"), None, None, None)
+
+    computed: list[int] = []
+    compute = HFLanguageModel._compute_signals
+
+    def counting(self, keys, texts_, prefix=None):
+        computed.append(len(keys))
+        return compute(self, keys, texts_, prefix)
+
+    HFLanguageModel._compute_signals = counting
+    try:
+        first: dict = {}
+        remote = _view(pickle.loads(pickle.dumps(view_spec(game_view("adapt"), first))), _through_a_pipe(first))
+        marked = remote.model.token_signals(texts[3:], prefix="adapt->joint")
+        again = remote.model.token_signals(texts[3:], prefix="adapt->joint")  # within one game: its own cache
+        assert computed == [3]
+        second: dict = {}
+        later = _view(pickle.loads(pickle.dumps(view_spec(game_view("joint"), second))), _through_a_pipe(second))
+        probe = later.model.token_signals(texts[3:], prefix="adapt->joint")
+        plain = later.model.token_signals(texts[:3])
+    finally:
+        HFLanguageModel._compute_signals = compute
+    # the later game ran the model for the marked texts (a miss, as if never asked) and for texts the runner had
+    # scored (its cache is not read either): nothing a call's speed could tell apart
+    assert computed == [3, 3, 3]
+    assert sorted((tmp_path / "signals").rglob("*.npz")) == shards  # nothing added to the shared cache
+    for a, b in zip(marked + plain, probe + runner_scored):
+        np.testing.assert_array_equal(a.logprobs, b.logprobs)
+    assert all(np.array_equal(a.logprobs, b.logprobs) for a, b in zip(marked, again))
