@@ -42,6 +42,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,9 +73,41 @@ def make_non_dumpable() -> bool:
         return False
 
 
-def worker_argv(workdir: Path, nested_namespace: bool) -> list[str]:
-    argv = [*WORKER_ARGV, str(workdir)]
-    return ["unshare", "--user", "--map-root-user", *argv] if nested_namespace else argv
+@dataclass(frozen=True)
+class WorkerIsolation:
+    """How the child starts its workers: in a nested user namespace (``nested``), with the kernel's file-system
+    confinement (``confine``, bench/confine.py: read-only everywhere but the worker's directory), and with these
+    directories out of the worker's sight (``hidden``: the sandbox, the shared artifact cache)."""
+
+    nested: bool = False
+    confine: bool = False
+    hidden: tuple[str, ...] = ()
+
+    @classmethod
+    def probe(cls, hidden: Sequence[str | Path]) -> WorkerIsolation:
+        """What this machine allows (it starts programs: call it before the child's guard is armed)."""
+        from bench.confine import confinement_available
+        from bench.sandbox import os_isolation_available
+        nested = os_isolation_available()
+        return cls(nested, nested and confinement_available(), tuple(os.fspath(h) for h in hidden))
+
+    def describe(self) -> str:
+        if self.confine:
+            return "own user + mount namespace, read-only file system, sandbox and artifact cache hidden"
+        return "own user namespace, audit hook" if self.nested else "audit hook only"
+
+    def prefix(self) -> list[str]:
+        if self.confine:
+            return list(CONFINED_PREFIX)
+        return list(NESTED_PREFIX) if self.nested else []
+
+
+NESTED_PREFIX = ("unshare", "--user", "--map-root-user")
+CONFINED_PREFIX = ("unshare", "--user", "--mount", "--map-root-user")
+
+
+def worker_argv(workdir: Path, isolation: WorkerIsolation) -> list[str]:
+    return [*isolation.prefix(), *WORKER_ARGV, str(workdir)]
 
 
 def spawn_allowed(box: Path):
@@ -82,8 +116,10 @@ def spawn_allowed(box: Path):
 
     def allowed(args: tuple) -> bool:
         argv = list(args[1]) if len(args) > 1 and isinstance(args[1], (list, tuple)) else []
-        if argv[:3] == ["unshare", "--user", "--map-root-user"]:
-            argv = argv[3:]
+        for prefix in (CONFINED_PREFIX, NESTED_PREFIX):
+            if tuple(argv[:len(prefix)]) == prefix:
+                argv = argv[len(prefix):]
+                break
         if len(argv) != len(WORKER_ARGV) + 1 or tuple(argv[:-1]) != WORKER_ARGV:
             return False
         real = os.path.realpath(str(argv[-1]))
@@ -95,19 +131,33 @@ class WorkerSession:
     """One worker process in a fresh directory under ``box/workers``: requests as pickles on its stdin (the child
     is trusted), replies as JSON lines on its stdout (the worker is not)."""
 
-    def __init__(self, plugin: PluginRef, box: Path, violation_file: Path, nested_namespace: bool) -> None:
+    def __init__(self, plugin: PluginRef, box: Path, violation_file: Path, isolation: WorkerIsolation) -> None:
         (box / WORKERS_DIR).mkdir(exist_ok=True)
         self.dir = Path(tempfile.mkdtemp(prefix="w-", dir=box / WORKERS_DIR))
         for sub in ("home", "tmp"):
             (self.dir / sub).mkdir()
-        env = dict(os.environ, HOME=str(self.dir / "home"), TMPDIR=str(self.dir / "tmp"))
+        # nothing that points into the sandbox (which the worker cannot see): the child's cache overlay, the cache
+        # directories libraries set for themselves (torch's TORCHINDUCTOR_CACHE_DIR under the child's TMPDIR)
+        inside = str(box.resolve()).rstrip("/") + "/"
+        env = {k: v for k, v in os.environ.items()
+               if not (os.path.isabs(v) and (os.path.realpath(v) + "/").startswith(inside))}
+        env.update(HOME=str(self.dir / "home"), TMPDIR=str(self.dir / "tmp"))
         env.pop("PRIVBENCH_DRAW_SECRET", None)
         self._stderr = open(self.dir / "worker.stderr", "wb")
-        self.proc = subprocess.Popen(worker_argv(self.dir, nested_namespace), cwd=self.dir, env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr)
+        # the worker's guard reports a refusal here; opened on this side, so that the report (in the sandbox, which
+        # the worker cannot see) is no open file on the worker's own mounts, which it makes read-only
+        self._report = os.open(violation_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            self.info = self._exchange({"plugin": plugin.to_dict(), "unreadable": [str(box)],
-                                        "violation": str(violation_file)})
+            self.proc = subprocess.Popen(worker_argv(self.dir, isolation), cwd=self.dir, env=env,
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                         pass_fds=(self._report,))
+        except BaseException:
+            os.close(self._report)
+            self._stderr.close()
+            raise
+        try:
+            self.info = self._exchange({"plugin": plugin.to_dict(), "unreadable": [str(box), *isolation.hidden],
+                                        "report_fd": self._report, "confine": isolation.confine})
         except BaseException:
             self.close()
             raise
@@ -185,6 +235,7 @@ class WorkerSession:
                     self.proc.wait()
         finally:
             self._stderr.close()
+            os.close(self._report)
             shutil.rmtree(self.dir, ignore_errors=True)
 
     def __enter__(self) -> WorkerSession:
@@ -195,12 +246,12 @@ class WorkerSession:
 
 
 def worker_defense(plugin: PluginRef, info: dict, box: Path, violation_file: Path,
-                   nested_namespace: bool) -> type[Defense]:
+                   isolation: WorkerIsolation) -> type[Defense]:
     """The child's stand-in for a submitted defense: its name, version, stages and defaults as the worker
     described them; each call of its code in a fresh worker."""
 
     def session() -> WorkerSession:
-        return WorkerSession(plugin, box, violation_file, nested_namespace)
+        return WorkerSession(plugin, box, violation_file, isolation)
 
     class WorkerDefense(Defense):
         __doc__ = info.get("doc") or "A submitted defense, run in worker processes."
@@ -260,7 +311,8 @@ def worker_defense(plugin: PluginRef, info: dict, box: Path, violation_file: Pat
 MODEL_METHODS = frozenset({"token_signals", "next_token_logprobs", "generate", "split_at_token"})
 
 
-def worker_attack(plugin: PluginRef, info: dict, box: Path, violation_file: Path, nested_namespace: bool) -> type:
+def worker_attack(plugin: PluginRef, info: dict, box: Path, violation_file: Path,
+                  isolation: WorkerIsolation) -> type:
     """The child's stand-in for a submitted attack: each game scored by a fresh worker that gets the attacker view
     (targets, population, public format) with the released models as handles whose calls come back here, to the
     same :class:`~bench.lm.RestrictedModel` the view holds; the labels never leave this process."""
@@ -289,7 +341,7 @@ def worker_attack(plugin: PluginRef, info: dict, box: Path, violation_file: Path
         def score(self, view):
             handles: dict[int, Any] = {}
             spec = view_spec(view, handles)
-            with WorkerSession(plugin, box, violation_file, nested_namespace) as w:
+            with WorkerSession(plugin, box, violation_file, isolation) as w:
                 out = w.call("score", serve=lambda call: serve_call(call, handles), view=spec)
             return Scores(out["values"], out.get("details"))
 
@@ -298,10 +350,12 @@ def worker_attack(plugin: PluginRef, info: dict, box: Path, violation_file: Path
 
 
 def _handle(obj, handles: dict[int, Any]) -> dict | None:
+    """A handle to ``obj`` for the worker, over its private-cache twin: a worker's calls neither read the runner's
+    caches nor leave anything in them, so their timing carries nothing from one game's worker to the next."""
     if obj is None:
         return None
     i = len(handles)
-    handles[i] = obj
+    handles[i] = obj.with_private_cache() if hasattr(obj, "with_private_cache") else obj
     return {"id": i, "fingerprint": obj.fingerprint, "capabilities": sorted(obj.capabilities),
             "role": str(getattr(obj, "role", ""))}
 
@@ -316,7 +370,7 @@ def view_spec(view, handles: dict[int, Any]) -> dict:
     trainer = None
     if view.trainer is not None:
         i = len(handles)
-        handles[i] = view.trainer
+        handles[i] = view.trainer.with_private_cache()
         trainer = {"id": i, "start": str(view.trainer.start)}
     return {"game": view.game, "targets": [(t.id, t.text, list(t.samples)) for t in view.targets],
             "model": _handle(view.model, handles), "base": _handle(view.base, handles),
@@ -519,8 +573,17 @@ def main(workdir: str) -> int:
     first = pickle.load(requests)
     from bench.plugin_ref import load_plugin
     from bench.sandbox import FAILURE_EXIT, MEMORY_EXIT, WORKER_WRITE_HINT, arm_sandbox
-    arm_sandbox(Path(workdir), Path(first["violation"]), unreadable=first["unreadable"], other_processes=False,
-                write_hint=WORKER_WRITE_HINT)
+    report = int(first["report_fd"])  # open for writing, from the child: the guard writes a refusal there
+    if first.get("confine"):
+        from bench.confine import ConfinementError, confine
+        try:
+            confine(workdir, first["unreadable"])
+        except ConfinementError as exc:
+            reply(error=f"the plugin's worker could not be confined ({exc.strerror}); set PRIVBENCH_NO_CONFINE=1 "
+                        f"to run it under the audit hook alone", kind="ConfinementError")
+            return FAILURE_EXIT
+    arm_sandbox(Path(workdir), report, unreadable=first["unreadable"], other_processes=False,
+                write_hint=WORKER_WRITE_HINT, databases=False)
     try:
         kind, name, cls = load_plugin(PluginRef(**first["plugin"]))
         reply(ok=_describe(kind, name, cls))

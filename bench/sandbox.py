@@ -301,10 +301,10 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 # ------------------------------------------------------------------------------------------- in the child
 
-def install_guard(allowed_dirs: list[str | Path], report_path: str | Path, *,
+def install_guard(allowed_dirs: list[str | Path], report_path: str | Path | int, *,
                   unreadable: Sequence[str | Path] = (), other_processes: bool = True,
                   may_spawn: Callable[[tuple], bool] | None = None,
-                  write_hint: str = WRITE_HINT) -> None:
+                  write_hint: str = WRITE_HINT, databases: bool = True) -> None:
     """Install the audit hook that refuses network, process creation and writes outside ``allowed_dirs``.
 
     Call it in the child after trusted imports and before importing the plugin. A refused event writes
@@ -312,11 +312,14 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path, *,
     :data:`VIOLATION_EXIT`. ``unreadable`` directories (outside ``allowed_dirs``) may not be opened, listed or
     connected to as databases either; ``other_processes=False`` refuses every ``/proc/<pid>`` but the process's
     own. ``may_spawn(args)`` lets trusted code start the one program it names (``subprocess.Popen`` events only).
+    ``databases=False`` refuses every SQLite connection (a plugin worker's: SQLite opens and writes its files in C,
+    past this hook, and ``ATTACH`` raises no event). ``report_path`` may be a descriptor already open for writing.
     """
     roots = tuple(os.path.realpath(os.fspath(d)) for d in allowed_dirs) + ("/dev/null",)
     hidden = tuple(os.path.realpath(os.fspath(d)) for d in unreadable)
     own_proc = f"/proc/{os.getpid()}"
-    report_fd = os.open(os.fspath(report_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    report_fd = report_path if isinstance(report_path, int) else \
+        os.open(os.fspath(report_path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     sys.dont_write_bytecode = True
     busy = [False]  # realpath itself raises no audit events, but never recurse
 
@@ -399,6 +402,10 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path, *,
                 if bad is not None:
                     refuse(event, f"read of the runner's files refused (open {bad!r}): a plugin reads only what "
                                   f"its contract hands it and its own working directory")
+        elif not databases and event in ("sqlite3.connect", "sqlite3.enable_load_extension"):
+            refuse(event, f"database access refused ({event} {args[0] if args else ''!r}): a plugin's worker opens no "
+                          f"SQLite database (privbench's store and caches are not the plugin's); keep state in memory "
+                          f"or in plain files in its working directory")
         elif event in ("os.listdir", "os.scandir", "sqlite3.connect") and (hidden or not other_processes):
             busy[0] = True
             try:
@@ -429,7 +436,7 @@ TRUSTED_PRELOAD = ("torch", "transformers", "urllib3", "requests", "accelerate",
                    "tokenizers", "bench.runner", "bench.metrics", "bench.training")
 
 
-def arm_sandbox(box: Path, violation_path: Path, **guard: Any) -> dict:
+def arm_sandbox(box: Path, violation_path: Path | int, **guard: Any) -> dict:
     """In a submission child, before the plugin is imported: trusted imports, registries loaded, hardware read
     (``platform.processor()`` runs ``uname``), then the guard armed for ``box`` alone: the child's cache overlay
     is inside it, and the shared artifact cache is read-only (:class:`bench.cache.OverlayCache`). ``guard`` goes

@@ -147,6 +147,8 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
         except (OSError, ValueError) as exc:
             error = f"the plugin run left no readable result ({type(exc).__name__}: {exc}): see {box}/child.stderr"
         else:
+            if payload.get("worker_isolation"):
+                log(f"plugin workers: {payload['worker_isolation']}")
             if payload.get("status") != "complete":
                 error = str(payload.get("error") or f"the plugin run failed (exit {res.returncode})")
                 if res.returncode == MEMORY_EXIT:
@@ -326,30 +328,30 @@ def _child(spec_path: str) -> int:
 
     from bench.cache import OverlayCache
     from bench.plugin_ref import PluginRef
-    from bench.plugin_worker import (WorkerSession, WorkerViolation, make_non_dumpable, spawn_allowed,
-                                     worker_attack, worker_defense)
+    from bench.plugin_worker import (WorkerIsolation, WorkerSession, WorkerViolation, make_non_dumpable,
+                                     spawn_allowed, worker_attack, worker_defense)
     from bench.registry import builtins_only, register_attack, register_defense
     from bench.runner import Runner
-    from bench.sandbox import arm_sandbox, os_isolation_available
+    from bench.sandbox import arm_sandbox
     from bench.store import Store
     from bench.suite import parse_suite
 
     # the shared cache read-only, new artifacts and signal shards into the overlay inside the sandbox
     cache = OverlayCache(spec["cache"], spec["overlay"])
     make_non_dumpable()  # this process will hold the draw: no /proc/<pid>/mem or ptrace for the plugin's workers
-    nested = os_isolation_available()  # probed now: it starts a program
+    isolation = WorkerIsolation.probe([spec["cache"]])  # probed now: it starts programs
     violation = box / VIOLATION_FILE
     plugin = PluginRef(**spec["plugin"])
     try:
         # the plugin's kind, name and defaults, from a worker: the plugin is never imported here
-        with WorkerSession(plugin, box, violation, nested) as w:
+        with WorkerSession(plugin, box, violation, isolation) as w:
             info = w.info
         builtins_only()  # no installed plugin, the submitted one included, is imported into this process
         kind, name = info["kind"], info["name"]
         if kind == "defense":
-            cls = register_defense(name)(worker_defense(plugin, info, box, violation, nested))
+            cls = register_defense(name)(worker_defense(plugin, info, box, violation, isolation))
         else:
-            cls = register_attack(name)(worker_attack(plugin, info, box, violation, nested))
+            cls = register_attack(name)(worker_attack(plugin, info, box, violation, isolation))
         hardware = arm_sandbox(box, violation, may_spawn=spawn_allowed(box))
         suite = parse_suite(submission_suite(spec["suite_raw"], kind, name, spec["extend"]), path=spec["suite_path"])
 
@@ -383,7 +385,7 @@ def _child(spec_path: str) -> int:
         rows = export_rows(store, result.run_id)
         write({"status": "complete", "config": suite.config, "plugin_versions": runner.plugin_versions(),
                "plugin": {"kind": kind, "name": name, "version": cls.version}, "hardware": hardware,
-               **rows})
+               "worker_isolation": isolation.describe(), **rows})
         return 0
     except WorkerViolation:  # the worker wrote its report; end as it did
         return VIOLATION_EXIT

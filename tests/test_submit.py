@@ -119,6 +119,35 @@ def test_write_outside_sandbox_is_stopped(scored, tmp_path):
     assert not target.exists()
 
 
+def test_a_worker_can_neither_rewrite_the_results_database_nor_leave_notes_outside(scored, tmp_path):
+    """tests/plugins/db_tamper_attack.py: a libc write outside its directory (a note for a later game's worker)
+    fails on the worker's read-only file system where the kernel allows one, and its ``sqlite3`` connection to
+    the parent's results database ends the run before a byte of the database changes."""
+    import sqlite3
+
+    from bench.confine import confinement_available
+
+    def aucs() -> list:
+        with sqlite3.connect(scored["path"]) as db:
+            return db.execute("SELECT id, value FROM metrics WHERE metric = 'auc' ORDER BY id").fetchall()
+
+    before, note = aucs(), tmp_path / "outside" / "note.txt"
+    note.parent.mkdir()
+    env = {"PRIVBENCH_TEST_DB": str(scored["path"]), "PRIVBENCH_TEST_ESCAPE": str(note)}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        res = submit(str(PLUGINS / "db_tamper_attack.py"), suite=TINY, db=scored["db"], cache=scored["cache"],
+                     submitter="mallory", limits=RUN_LIMITS, sandbox_dir=str(tmp_path / "box"))
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    assert res.status == "failed" and "database access refused" in res.error, res.error
+    assert aucs() == before
+    if confinement_available():
+        assert not note.exists()  # the kernel refused what the audit hook cannot see
+
+
 def test_endless_loop_is_killed(scored, tmp_path):
     res = _submit_bad(scored, "loop", Limits(wall_s=30, memory_bytes=3 << 30), tmp_path)
     assert "wall-clock limit exceeded" in res.error and "30 s" in res.error
@@ -295,6 +324,54 @@ def test_a_workers_guard_keeps_the_runners_files_and_other_processes_from_it(tmp
                             guard=f", unreadable=[{str(runner)!r}], other_processes=False")
     assert proc.returncode == VIOLATION_EXIT, proc.stderr
     assert "read of the runner's files refused" in report["message"] and "carried on" not in proc.stdout
+
+
+@pytest.mark.parametrize("code", [
+    "import sqlite3\nsqlite3.connect(':memory:').execute(\"ATTACH '/tmp/x.db' AS x\")",
+    "import sqlite3\nsqlite3.connect('mine.db')",
+])
+def test_a_workers_guard_refuses_every_database(tmp_path, code):
+    """SQLite writes in C and ``ATTACH`` raises no audit event: a worker opens no database at all."""
+    proc, report = _guarded(tmp_path, code + "\nprint('carried on')", guard=", databases=False")
+    assert proc.returncode == VIOLATION_EXIT, proc.stderr
+    assert "database access refused" in report["message"] and "carried on" not in proc.stdout
+
+
+def test_a_confined_worker_writes_only_its_directory_and_sees_nothing_of_the_runner(tmp_path):
+    """bench/confine.py, as a worker applies it before the plugin loads: what C code (SQLite, libc through
+    ctypes) could do past the audit hook, the kernel refuses."""
+    from bench.confine import confinement_available
+    if not confinement_available():
+        pytest.skip("no user + mount namespaces here: workers run under the audit hook alone")
+    box, cache = tmp_path / "box", tmp_path / "cache"
+    work = box / "workers" / "w-1"
+    work.mkdir(parents=True)
+    cache.mkdir()
+    (cache / "corpus.json").write_text("the task's pools")
+    (box / "scratch.db").write_bytes(b"the runner's rows")
+    outside = tmp_path / "results.db"
+    sqlite3_setup = "import sqlite3\n"
+    code = (f"import sys, os, ctypes, json\nsys.path.insert(0, {str(REPO)!r})\n" + sqlite3_setup +
+            f"from bench.confine import confine\nconfine({str(work)!r}, [{str(box)!r}, {str(cache)!r}])\n"
+            "out = {}\n"
+            "def attempt(name, f):\n"
+            "    try:\n        f(); out[name] = 'done'\n"
+            "    except Exception as e:\n        out[name] = type(e).__name__\n"
+            f"attempt('sqlite', lambda: sqlite3.connect({str(outside)!r}).execute('CREATE TABLE t (x)'))\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            f"attempt('libc', lambda: (_ for _ in ()).throw(OSError()) if libc.open({str(tmp_path / 'note')!r}.encode(), "
+            "os.O_WRONLY | os.O_CREAT, 0o644) < 0 else None)\n"
+            f"attempt('cache', lambda: open({str(cache / 'corpus.json')!r}).read())\n"
+            f"attempt('scratch', lambda: open({str(box / 'scratch.db')!r}, 'rb').read())\n"
+            "attempt('own', lambda: open('theta.json', 'w').write('{}'))\n"
+            "print(json.dumps(out))\n")
+    proc = subprocess.run(["unshare", "--user", "--mount", "--map-root-user", sys.executable, "-c", code],
+                          cwd=work, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out == {"sqlite": "OperationalError", "libc": "OSError", "cache": "FileNotFoundError",
+                   "scratch": "FileNotFoundError", "own": "done"}, out
+    assert not outside.exists() and not (tmp_path / "note").exists() and (work / "theta.json").exists()
 
 
 def test_a_workers_guard_lets_it_read_its_own_directory_and_its_own_proc(tmp_path):

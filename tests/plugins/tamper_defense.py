@@ -47,7 +47,9 @@ class CacheTamperer(Defense):
     description = "Tries to poison the artifact cache (test fixture)."
 
     def adapt(self, model, data, ctx):
-        overlay = Path(os.environ["PRIVBENCH_CACHE"])  # where the submission's cache writes go
+        # where the submission's cache writes go: its worker runs in <sandbox>/workers/<w>, the overlay is
+        # <sandbox>/cache-overlay (the worker's environment no longer names it)
+        overlay = Path(os.environ.get("PRIVBENCH_CACHE") or Path.cwd().parent.parent / "cache-overlay")
         report = {"cache": str(overlay)}
         # (5) first: straight into the shared cache, past the audit hook
         if os.environ.get("PRIVBENCH_TEST_CTYPES") == "1":
