@@ -411,7 +411,8 @@ class Challenger:
         return set(DEFAULT_GAMES) | audit
 
     def adaptation_data(self) -> AdaptationData:
-        """D̃ = D ∪ {targets with b=1}, shuffled so nothing marks which records are targets.
+        """D̃ = D ∪ {targets with b=1}, shuffled so the order does not mark which records are targets (their public
+        pool still does: the background is the adaptation pool's head; docs/submitting.md, "Open").
 
         Unit tasks add what the data owner knows of its own texts (Kandpal et al. 2024: owners, for per-user limits;
         Ganesh et al. 2025: the secrets each text carries and their (p_j, r_j)); see :mod:`bench.units`.
