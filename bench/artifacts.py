@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from functools import partial
 from pathlib import Path
 
@@ -276,6 +277,18 @@ def ensure_reference(cache: ArtifactCache, spec: ModelSpec, data: TaskData, tok:
     return path, key
 
 
+def with_train_seconds(result, seconds: float):
+    """``result`` with ``report["train"]["seconds"]`` (the training cost the leaderboard shows) set to the measured
+    wall time of ``adapt`` where the defense did not report its own."""
+    report = result.report if isinstance(result.report, dict) else {}
+    train = report.get("train")
+    if not isinstance(train, dict):
+        train = report["train"] = {} if train is None else {"value": train}
+    train.setdefault("seconds", round(float(seconds), 3))
+    result.report = report
+    return result
+
+
 def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str, str], defense: Defense,
                    data: AdaptationData, seed: int, device: torch.device,
                    progress: bool = True) -> tuple[Path, str, dict]:
@@ -289,9 +302,10 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
                                 gguf_file=spec.gguf_file if released else None)
         ctx = TrainContext(tok, device, spec.context_length, seed, spec.autocast_bf16, progress=progress)
         torch.manual_seed(seed)
+        t0 = time.perf_counter()
         with plugin_code(defense, "adapt"):
             raw = defense.adapt(model, data, ctx)
-        result = defense.adapted(raw)
+        result = with_train_seconds(defense.adapted(raw), time.perf_counter() - t0)
         if isinstance(result.model, Release):  # an aggregate or an unmergeable adapter: saved by its own rules
             save_release(result.model, tmp)
         else:

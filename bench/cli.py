@@ -509,7 +509,10 @@ def validate(
 @app.command()
 def submit(
     plugin: str = typer.Argument(..., metavar="PATH_OR_ENTRYPOINT", help=PLUGIN_HELP),
-    suite: str = typer.Option("smoke", "--suite", "-s", help="Suite to score the plugin on (bundled name or YAML)."),
+    suite: Optional[str] = typer.Option(None, "--suite", "-s", help="Suite to score the plugin on (bundled name or "
+                                                                   "YAML; default smoke)."),
+    track: Optional[str] = typer.Option(None, "--track", help="Score a defense on a track (`privbench tracks`), "
+                                                             "beside its anchors, ranked on the leaderboard."),
     db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),
     submitter: Optional[str] = typer.Option(None, "--submitter", help="Your name or handle, shown on the "
                                                                         "leaderboard."),
@@ -522,8 +525,12 @@ def submit(
 ) -> None:
     """Score a plugin on a suite in a sandboxed process (limits, no network) and store it as one run."""
     from bench.submit import submit as run_submit
-    res = run_submit(plugin, suite=suite, db=db, cache=cache, submitter=submitter, extend=extend,
-                     limits=_limits(timeout, memory), log=lambda m: typer.echo(f"[privbench] {m}", err=True))
+    if suite is not None and track is not None:
+        raise PrivbenchError("give at most one of --suite and --track: a suite that names a track (`track: NAME`) "
+                             "is how to add settings to a track")
+    res = run_submit(plugin, suite=suite or "smoke", track=track, db=db, cache=cache, submitter=submitter,
+                     extend=extend, limits=_limits(timeout, memory),
+                     log=lambda m: typer.echo(f"[privbench] {m}", err=True))
     if res.status == "failed":
         from bench.errors import PluginError
         raise PluginError(f"submission of '{res.plugin}' failed and is recorded as run {res.run_id}: {res.error}")

@@ -42,6 +42,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -436,6 +437,7 @@ def _describe(kind: str, name: str, cls: type) -> dict:
 
 
 def _adapt(cls: type, req: dict) -> dict:
+    from bench.artifacts import with_train_seconds
     from bench.modeling import load_model
     from bench.release import Release
     device = torch.device(req["device"])
@@ -444,7 +446,9 @@ def _adapt(cls: type, req: dict) -> dict:
                        progress=False)
     torch.manual_seed(int(req["seed"]))
     defense = cls()
-    result = defense.adapted(defense.adapt(model, req["data"], ctx))
+    t0 = time.perf_counter()
+    raw = defense.adapt(model, req["data"], ctx)
+    result = with_train_seconds(defense.adapted(raw), time.perf_counter() - t0)  # timed here, not with the worker
     if isinstance(result.model, Release) or not isinstance(result.model, torch.nn.Module):
         raise PluginError(f"defense '{cls.name}' released {type(result.model).__name__}: a submitted defense "
                           f"releases one model (a torch module with save_pretrained; merge adapters first)")
@@ -554,6 +558,26 @@ def _loss_mask(instance, req: dict) -> list:
     return torch.as_tensor(mask).to(torch.bool).cpu().tolist()
 
 
+def _source_dir(cls: type) -> list[str]:
+    import inspect
+    try:
+        return [os.path.dirname(os.path.realpath(inspect.getsourcefile(cls) or ""))]
+    except TypeError:
+        return []
+
+
+def _plugin_frame(exc: BaseException, dirs: list[str]) -> str:
+    """" (at file.py:LINE in FUNCTION)" for the innermost frame of the plugin's own code, so that a failed
+    submission says where (its worker and traceback are gone with the sandbox); "" when none is the plugin's."""
+    import traceback
+    own = [f for f in traceback.extract_tb(exc.__traceback__)
+           if dirs and os.path.realpath(f.filename).startswith(dirs[0].rstrip("/") + "/")]
+    if not own:
+        return ""
+    f = own[-1]
+    return f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name})"
+
+
 def main(workdir: str) -> int:
     """The worker: trusted imports, the guard, the plugin; then one request after another until ``close``."""
     channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
@@ -564,10 +588,13 @@ def main(workdir: str) -> int:
         channel.write(json.dumps(body) + "\n")
         channel.flush()
 
+    plugin_dir: list[str] = []  # the plugin's own directory, once it is loaded: where its frames are
+
     def failure(exc: BaseException) -> dict:
         if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)):
             return {"error": "memory limit exceeded", "memory": True}
-        msg = str(exc) if isinstance(exc, PrivbenchError) else f"the plugin raised {type(exc).__name__}: {exc}"
+        msg = str(exc) if isinstance(exc, PrivbenchError) else \
+            f"the plugin raised {type(exc).__name__}: {exc}{_plugin_frame(exc, plugin_dir)}"
         return {"error": (msg.splitlines()[0] if msg else type(exc).__name__)[:2000], "kind": type(exc).__name__}
 
     first = pickle.load(requests)
@@ -586,6 +613,7 @@ def main(workdir: str) -> int:
                 write_hint=WORKER_WRITE_HINT, databases=False)
     try:
         kind, name, cls = load_plugin(PluginRef(**first["plugin"]))
+        plugin_dir.extend(_source_dir(cls))
         reply(ok=_describe(kind, name, cls))
     except BaseException as exc:  # noqa: BLE001 - every failure of the plugin is reported to the child
         reply(**failure(exc))

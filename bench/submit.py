@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.errors import PluginError, PrivbenchError
+from bench.errors import ConfigError, PluginError, PrivbenchError
 from bench.hashing import code_version, content_hash
 from bench.plugin_ref import PluginRef, resolve_plugin
 from bench.sandbox import FAILURE_EXIT, MEMORY_EXIT, VIOLATION_EXIT, Limits, run_sandboxed
@@ -87,17 +87,20 @@ def _find_run(store, run_key: str) -> dict | None:
 
 def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", cache: str | None = None,
            submitter: str | None = None, limits: Limits = Limits(), extend: bool = False,
-           sandbox_dir: str | None = None, keep_sandbox: bool = False, log=None) -> SubmitResult:
-    """Run the plugin ``ref`` (a .py file or an entry-point name) on ``suite`` in a sandbox; store one run."""
+           sandbox_dir: str | None = None, keep_sandbox: bool = False, log=None,
+           track: str | None = None) -> SubmitResult:
+    """Run the plugin ``ref`` (a .py file or an entry-point name) on ``suite`` (or on ``track``, beside the track's
+    anchors, where it is ranked) in a sandbox; store one run."""
     from bench.cache import OVERLAY_DIR, ArtifactCache, check_cache_root, discard_overlay, overlay_summary
     from bench.sandbox import check_apart
     from bench.store import Store
-    from bench.suite import load_suite
+    from bench.suite import load_suite, parse_suite
 
     log = log or (lambda msg: None)
     t0 = time.perf_counter()
     plugin = resolve_plugin(ref)
-    base = load_suite(suite)
+    base = parse_suite({"track": track, "defenses": []}) if track is not None else load_suite(suite)
+    where = ["--track", track] if track is not None else ["--suite", suite]
     run_key = submission_key(base.config, plugin, extend)
     check_cache_root(cache)  # an unusable cache is refused before the database is created or touched
     store = Store(db, create=True)
@@ -167,7 +170,7 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
     run_id, _ = store.begin_run(run_key=run_key, suite=base.name, config=config, config_hash=content_hash(config),
                                 code_version=code_version(), plugin_versions=versions, seeds=base.seeds,
                                 hardware=(payload or {}).get("hardware") or {},
-                                command=" ".join(["privbench", "submit", ref, "--suite", suite]),
+                                command=" ".join(["privbench", "submit", ref, *where]),
                                 submitted_by=submitter)
     store.mark_submission(run_id, submitter=submitter, verified=verified)
     if error is None:
@@ -280,10 +283,18 @@ def _store_rows(store, run_id: int, rows: dict) -> None:
 # --------------------------------------------------------------------------------- the child
 
 def submission_suite(raw: dict, kind: str, name: str, extend: bool) -> dict:
-    """The suite with its defenses (or attacks) replaced, or extended, by the submitted plugin."""
+    """The suite with its defenses (or attacks) replaced, or extended, by the submitted plugin. An entry of the
+    suite that names the plugin with parameters is refused: a submission runs the plugin's defaults."""
     raw = dict(raw)
     key = "defenses" if kind == "defense" else "attacks"
-    raw[key] = (list(raw.get(key) or []) if extend else []) + [{"name": name}]
+    own = list(raw.get(key) or [])
+    for entry in own:
+        if isinstance(entry, dict) and entry.get("name") == name and entry.get("params"):
+            raise ConfigError(f"the suite gives the submitted {kind} '{name}' parameters {sorted(entry['params'])}, "
+                              f"but a submission runs a plugin with its default parameters: make them the plugin's "
+                              f"defaults (a new version), or drop `params` from the suite")
+    named = (lambda e: (e.get("name") if isinstance(e, dict) else e) == name)
+    raw[key] = ([e for e in own if not named(e)] if extend else []) + [{"name": name}]
     return raw
 
 

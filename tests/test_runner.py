@@ -101,3 +101,12 @@ def test_hugging_face_directory_model_runs_adaptation_games(cache, tmp_path):
     assert result.status == "complete"
     roles = {r["role"] for r in store.utility_rows(result.run_id)}
     assert roles == {"pretrained", "adapted"}
+
+
+def test_a_defense_that_reports_no_training_time_is_timed_by_the_runner():
+    from bench.artifacts import with_train_seconds
+    from bench.defense import Adapted
+    assert with_train_seconds(Adapted(None, {}), 2.5).report == {"train": {"seconds": 2.5}}
+    assert with_train_seconds(Adapted(None, {"train": {"seconds": 9.0, "steps": 3}}), 2.5).report == {
+        "train": {"seconds": 9.0, "steps": 3}}  # its own figure stands
+    assert with_train_seconds(Adapted(None, {"train": 7}), 1.0).report == {"train": {"value": 7, "seconds": 1.0}}

@@ -72,6 +72,9 @@ def test_good_plugin_is_scored_and_shown(scored):
     assert {(r["defense"], r["game"], r["attack"]) for r in rows if r["metric"] == "auc"} == {
         ("gentle_finetune", "adapt", "loss"), ("gentle_finetune", "null", "loss")}
     assert any(u["role"] == "adapted" and u["defense"] == "gentle_finetune" for u in util)
+    # the plugin reports no training time: its cost is adapt's wall time, measured in its worker
+    trained = [u["value"] for u in util if u["defense"] == "gentle_finetune" and u["metric"] == "train_seconds"]
+    assert trained and all(t > 0 for t in trained), trained
     board = leaderboard_rows(scored["path"])
     assert "gentle_finetune" in set(board["defense"])
 
@@ -158,6 +161,7 @@ def test_endless_loop_is_killed(scored, tmp_path):
 def test_crashing_plugin_is_recorded_with_its_error(scored, tmp_path):
     res = _submit_bad(scored, "crash", RUN_LIMITS, tmp_path)
     assert "ZeroDivisionError" in res.error
+    assert "(at crash_defense.py:14 in adapt)" in res.error  # where, in the plugin's own code
 
 
 def test_memory_hog_is_stopped(scored, tmp_path):
@@ -485,3 +489,19 @@ def test_submit_cli_one_line_errors(tmp_path, capsys):
         err = capsys.readouterr().err
         assert rc == 2 and words in err and len(err.strip().splitlines()) == 1, (args, err)
     assert not db.exists()  # nothing was run, so no database was created
+
+
+def test_a_submission_on_a_track_runs_beside_the_anchors_and_refuses_parameters_it_cannot_use():
+    """`privbench submit PLUGIN --track NAME`: the suite is the track with the plugin as its defense, so the anchors
+    run beside it and the run is ranked; a suite entry that gives the plugin parameters is refused, not dropped."""
+    from bench.errors import ConfigError
+    from bench.submit import submission_suite
+    from bench.suite import parse_suite
+
+    suite = parse_suite(submission_suite({"track": "pii", "defenses": []}, "defense", "lora", False))
+    assert [d.label for d in suite.defenses][:2] == ["none", "finetune"] and "lora" in [d.label for d in suite.defenses]
+    raw = {"track": "pii", "defenses": [{"name": "lora", "params": {"r": 4}}]}
+    with pytest.raises(ConfigError, match="default parameters"):
+        submission_suite(raw, "defense", "lora", True)
+    kept = submission_suite({"defenses": ["finetune", "lora"]}, "defense", "lora", True)["defenses"]
+    assert kept == ["finetune", {"name": "lora"}]  # extended: the suite's own entry of that name is not doubled
