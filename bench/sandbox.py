@@ -155,6 +155,7 @@ def os_isolation_available() -> bool:
 _READ_ONLY_SCRIPT = ('while [ "$1" != -- ]; do mount --bind "$1" "$1" && mount -o remount,bind,ro "$1" || exit 97; '
                      'shift; done; shift; exec unshare --user --mount --map-root-user -- "$@"')
 MOUNT_FAILED_EXIT = 97
+WAIT_POLL_S = 5.0  # how often run_sandboxed calls on_wait while the child runs
 
 
 def _wrap(argv: list[str], read_only: list[str], isolated: bool, mounts: bool) -> list[str]:
@@ -233,7 +234,7 @@ def check_apart(sandbox: str | Path, read_only: Sequence[str | Path]) -> None:
 
 def run_sandboxed(argv: list[str], *, sandbox: Path, limits: Limits, env: dict[str, str] | None = None,
                   violation_file: Path | None = None, stdin_data: bytes | None = None,
-                  read_only: Sequence[str | Path] = ()) -> SandboxResult:
+                  read_only: Sequence[str | Path] = (), on_wait: Callable[[], None] | None = None) -> SandboxResult:
     """Run ``argv`` (a Python child that calls :func:`install_guard`) in ``sandbox`` under ``limits``.
 
     The child gets its own session (process group), HOME and TMPDIR inside the sandbox, no network namespace
@@ -241,7 +242,8 @@ def run_sandboxed(argv: list[str], *, sandbox: Path, limits: Limits, env: dict[s
     (small: it must fit the pipe buffer) reaches the child on its standard input and nowhere on disk or in its
     environment, for a secret the child's trusted code reads before the plugin is imported. ``read_only``
     directories (existing, outside ``sandbox``) are read-only to the child where the kernel allows it
-    (:func:`readonly_mounts_available`); elsewhere only the child's audit hook protects them.
+    (:func:`readonly_mounts_available`); elsewhere only the child's audit hook protects them. ``on_wait`` is
+    called every few seconds while the child runs, and once after it ends (to relay its progress).
     """
     sandbox.mkdir(parents=True, exist_ok=True)
     for sub in ("home", "tmp"):
@@ -272,14 +274,23 @@ def run_sandboxed(argv: list[str], *, sandbox: Path, limits: Limits, env: dict[s
                 except BrokenPipeError:
                     pass
         timed_out = False
-        try:
-            rc = proc.wait(timeout=limits.wall_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
-            rc = proc.wait()
-        else:
-            _kill_group(proc)  # leftovers a plugin may have started in the group
+        deadline = time.monotonic() + limits.wall_s
+        while True:
+            try:
+                rc = proc.wait(timeout=max(0.0, min(WAIT_POLL_S, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if on_wait is not None:
+                    on_wait()
+                if time.monotonic() < deadline:
+                    continue
+                timed_out = True
+                _kill_group(proc)
+                rc = proc.wait()
+            else:
+                _kill_group(proc)  # leftovers a plugin may have started in the group
+            break
+        if on_wait is not None:
+            on_wait()
     violation = None
     if violation_file is not None and violation_file.is_file():
         try:

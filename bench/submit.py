@@ -129,10 +129,11 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
     log(f"plugin '{plugin.label}' (code {plugin.code_hash}) on suite '{base.name}' in sandbox {box} "
         f"({limits.describe()})")
     try:
+        relay = ProgressRelay(box / PROGRESS_FILE, log)
         res = run_sandboxed([sys.executable, "-m", "bench.submit", "--child", str(box / "spec.json")], sandbox=box,
                             limits=limits, env={k: v for k, v in env.items() if k != "PRIVBENCH_DRAW_SECRET"},
                             violation_file=box / VIOLATION_FILE, stdin_data=(draw_secret + "\n").encode(),
-                            read_only=[cache_root])
+                            read_only=[cache_root], on_wait=relay)
     finally:
         # nothing the child built is promoted into the shared cache (module docstring): the overlay goes
         left = overlay_summary(overlay)
@@ -282,6 +283,34 @@ def _store_rows(store, run_id: int, rows: dict) -> None:
 
 # --------------------------------------------------------------------------------- the child
 
+PROGRESS_FILE = "progress.log"
+
+
+class ProgressRelay:
+    """The parent's end of the child's progress lines (``progress.log`` in the sandbox, written by the child's
+    trusted runner; the plugin's workers cannot write there): each new complete line, shown once, through
+    ``log``, with anything unprintable dropped."""
+
+    def __init__(self, path: Path, log) -> None:
+        self.path, self.log, self.offset = path, log, 0
+
+    def __call__(self) -> None:
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(1 << 16)
+        except OSError:
+            return
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self.offset += end + 1
+        for raw in data[:end].split(b"\n"):
+            line = "".join(c for c in raw.decode("utf-8", "replace") if c.isprintable())[:300]
+            if line:
+                self.log(line)
+
+
 def submission_suite(raw: dict, kind: str, name: str, extend: bool) -> dict:
     """The suite with its defenses (or attacks) replaced, or extended, by the submitted plugin. An entry of the
     suite that names the plugin with parameters is refused: a submission runs the plugin's defaults."""
@@ -366,7 +395,12 @@ def _child(spec_path: str) -> int:
         hardware = arm_sandbox(box, violation, may_spawn=spawn_allowed(box))
         suite = parse_suite(submission_suite(spec["suite_raw"], kind, name, spec["extend"]), path=spec["suite_path"])
 
+        progress = open(box / PROGRESS_FILE, "a", encoding="utf-8", buffering=1)  # in the sandbox: the guard allows it
+
         class SubmissionRunner(Runner):
+            def log(self, msg: str) -> None:  # job by job, for the parent to relay (ProgressRelay)
+                progress.write(msg.replace("\n", " ") + "\n")
+
             @property
             def run_key(self) -> str:  # the plugin's code is part of what was run
                 return content_hash(super().run_key, plugin.code_hash)

@@ -232,6 +232,7 @@ def test_a_tampering_plugin_changes_nothing_in_the_shared_cache(scored, tmp_path
     assert not overlay.exists()                                             # the overlay is gone
     assert any("cache overlay discarded" in m and "nothing from a sandbox enters the shared cache" in m
                for m in logged), logged
+    assert any(m.startswith("job 1/") for m in logged), logged  # the child's progress, relayed while it ran
 
 
 def test_direct_write_into_the_shared_cache_is_refused(scored, tmp_path, monkeypatch):
@@ -505,3 +506,19 @@ def test_a_submission_on_a_track_runs_beside_the_anchors_and_refuses_parameters_
         submission_suite(raw, "defense", "lora", True)
     kept = submission_suite({"defenses": ["finetune", "lora"]}, "defense", "lora", True)["defenses"]
     assert kept == ["finetune", {"name": "lora"}]  # extended: the suite's own entry of that name is not doubled
+
+
+def test_the_childs_progress_is_relayed_line_by_line(tmp_path):
+    from bench.submit import ProgressRelay
+    seen: list[str] = []
+    path = tmp_path / "progress.log"
+    relay = ProgressRelay(path, seen.append)
+    relay()  # no file yet: nothing
+    path.write_bytes(b"job 1/3 train: theta\njob 2/3 ad")
+    relay()
+    assert seen == ["job 1/3 train: theta"]  # a line still being written waits
+    with open(path, "ab") as f:
+        f.write(b"apt: finetune\x1b[2J\n\njob 3/3 evaluate\n")
+    relay()
+    relay()
+    assert seen == ["job 1/3 train: theta", "job 2/3 adapt: finetune[2J", "job 3/3 evaluate"]
