@@ -537,8 +537,11 @@ class Store:
         hardware: dict,
         command: str | None = None,
         submitted_by: str | None = None,
+        started_at: datetime | None = None,
     ) -> tuple[int, str]:
-        """Start (or resume) the run ``run_key``; return ``(run_id, previous_status)``.
+        """Start (or resume) the run ``run_key``; return ``(run_id, previous_status)``. ``started_at`` (UTC) is
+        when the work began where that was before the run is stored (a submission stores its run once its
+        sandboxed child is done); now by default.
 
         previous_status is ``"new"`` for a fresh run; ``"complete"`` means the
         run is already finished and nothing was changed; ``"running"`` or
@@ -561,7 +564,7 @@ class Store:
             with self._write("begin a run") as s:
                 run = s.scalars(select(Run).where(Run.run_key == run_key)).one_or_none()
                 if run is None:
-                    run = Run(run_key=run_key, status="running", started_at=_utcnow(), **values)
+                    run = Run(run_key=run_key, status="running", started_at=started_at or _utcnow(), **values)
                     s.add(run)
                     s.flush()
                     return run.id, "new"
@@ -569,7 +572,7 @@ class Store:
                 if previous != "complete":
                     run.status = "running"
                     run.error = None
-                    run.started_at = _utcnow()
+                    run.started_at = started_at or _utcnow()
                     run.finished_at = None
                     run.duration_s = None
                 return run.id, previous

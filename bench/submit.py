@@ -45,6 +45,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -97,7 +98,7 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
     from bench.suite import load_suite, parse_suite
 
     log = log or (lambda msg: None)
-    t0 = time.perf_counter()
+    t0, started = time.perf_counter(), datetime.now(timezone.utc)
     plugin = resolve_plugin(ref)
     base = parse_suite({"track": track, "defenses": []}) if track is not None else load_suite(suite)
     where = ["--track", track] if track is not None else ["--suite", suite]
@@ -172,7 +173,7 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
                                 code_version=code_version(), plugin_versions=versions, seeds=base.seeds,
                                 hardware=(payload or {}).get("hardware") or {},
                                 command=" ".join(["privbench", "submit", ref, *where]),
-                                submitted_by=submitter)
+                                submitted_by=submitter, started_at=started)
     store.mark_submission(run_id, submitter=submitter, verified=verified)
     if error is None:
         try:

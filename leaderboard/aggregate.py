@@ -102,6 +102,11 @@ def seed_interval(mean: float, sd: float, n: int, level: float = CI_LEVEL) -> tu
     return mean - half, mean + half
 
 
+def _is_rate(metric) -> bool:
+    """AUC and TPR@FPR: values in [0, 1], so an interval of their mean is too."""
+    return isinstance(metric, str) and (metric == "auc" or metric.startswith("tpr@"))
+
+
 def _over_seeds(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """Per group of ``by``: mean, sd, n over seeds and the 95% CI (t over seeds, or the stored one for 1 seed).
 
@@ -115,9 +120,17 @@ def _over_seeds(frame: pd.DataFrame, by: list[str]) -> pd.DataFrame:
                 seed_low=("ci_low", "first"), seed_high=("ci_high", "first"))
            .reset_index())
     lows, highs, kinds = [], [], []
-    for mean, sd, n, lo, hi in zip(out["mean"], out["sd"], out["n"], out["seed_low"], out["seed_high"]):
+    if "metric" in out.columns:
+        metric_of = list(out["metric"])
+    else:
+        only = frame["metric"].unique() if "metric" in frame.columns else []
+        metric_of = [only[0] if len(only) == 1 else None] * len(out)
+    for mean, sd, n, lo, hi, metric in zip(out["mean"], out["sd"], out["n"], out["seed_low"], out["seed_high"],
+                                           metric_of):
         if n >= 2:
             lo, hi = seed_interval(mean, sd, int(n))
+            if _is_rate(metric):  # a mean of values in [0, 1] lies in [0, 1]: the t-interval is cut to it
+                lo, hi = max(lo, 0.0), min(hi, 1.0)
             kinds.append(f"Student-t over {int(n)} seeds")
         else:
             kinds.append("stored per-seed CI (1 seed)")

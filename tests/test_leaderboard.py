@@ -388,6 +388,23 @@ def test_worst_case_ci_is_student_t_over_seeds():
     assert 0.0 < w["ci_low"] < w["ci_high"] < 1.0  # not the envelope [0, 1] of the per-seed CIs
 
 
+def test_a_rate_interval_over_seeds_stays_in_zero_one():
+    """Two seeds' TPR 0.0 and 0.056: the t-interval (t = 12.7) runs to -0.30; a mean of rates cannot, so the interval
+    is cut to [0, 1] on the worst-case table and on the defense page's grid and breakdown."""
+    from leaderboard.aggregate import attack_breakdown, game_attack_grid, worst_case
+    rows = [("d", "adapt", "loss", s, "tpr@1%fpr", v, 0.0, 0.2) for s, v in enumerate([0.0, 0.056])]
+    rows += [("d", "adapt", "loss", s, "auc", v, 0.9, 1.0) for s, v in enumerate([0.97, 1.0])]
+    frame = _metrics_frame(rows)
+    lo, hi = stats.t.interval(0.95, 1, loc=0.028, scale=stats.sem([0.0, 0.056]))
+    assert lo < 0  # what it was before
+    w = worst_case(frame, "tpr@1%fpr").iloc[0]
+    assert (w["ci_low"], w["ci_high"]) == pytest.approx((0.0, hi))
+    a = worst_case(frame, "auc").iloc[0]
+    assert a["ci_high"] == 1.0 and a["ci_low"] < 0.985
+    for table in (game_attack_grid(frame), attack_breakdown(frame)):
+        assert (table["ci_low"] >= 0).all() and (table["ci_high"] <= 1).all(), table
+
+
 def test_one_seed_keeps_the_stored_ci():
     from leaderboard.aggregate import leaderboard_table, worst_case
     rows = [("d", "adapt", "loss", 0, "auc", 0.70, 0.61, 0.79), ("d", "adapt", "zlib", 0, "auc", 0.65, 0.55, 0.74)]

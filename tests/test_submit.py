@@ -65,6 +65,10 @@ def test_good_plugin_is_scored_and_shown(scored):
         rows = store.metric_rows(res.run_id)
         util = store.utility_rows(res.run_id)
     assert info["status"] == "complete" and info["submitted_by"] == "alice" and info["verified_ci"] is False
+    # started when `submit` began, not when its rows were stored after the sandboxed child
+    from datetime import datetime
+    took = datetime.fromisoformat(info["finished_at"]) - datetime.fromisoformat(info["started_at"])
+    assert took.total_seconds() == pytest.approx(info["duration_s"], abs=2.0)
     import hashlib
     code = hashlib.sha256((PLUGINS / "good_defense.py").read_bytes()).hexdigest()[:16]
     assert info["config"]["submission"]["code_hash"] == code
