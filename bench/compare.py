@@ -46,6 +46,8 @@ class Comparison:
     offenders: list[Offender]
     tolerance: float
     utility_tolerance: float
+    #: plugins of the current run the gate leaves out (not built in), as "defense NAME" / "attack NAME"
+    skipped: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -103,6 +105,9 @@ def compare(baseline: str, current: str, *, suite: str | None = "smoke", toleran
                     for r in store.utility_rows(run) if r["metric"] in UTILITY_METRICS
                     and (r["defense"] in defenses or r["role"] != "adapted")}
 
+        current_rows = cur_store.metric_rows(cur_run)
+        skipped = tuple(sorted({f"defense {r['defense']}" for r in current_rows if r["defense"] not in defenses} |
+                               {f"attack {r['attack']}" for r in current_rows if r["attack"] not in attacks}))
         b_auc, c_auc = aucs(base_store, base_run), aucs(cur_store, cur_run)
         b_util, c_util = utilities(base_store, base_run), utilities(cur_store, cur_run)
     finally:
@@ -126,7 +131,8 @@ def compare(baseline: str, current: str, *, suite: str | None = "smoke", toleran
         if not b - band <= c <= b + band:
             cell = {"task": k[0], "model": k[1], "defense": k[2], "seed": k[3], "game": "-", "attack": f"({k[4]})"}
             offenders.append(Offender(k[5], cell, b, c, b - band, b + band))
-    return Comparison(base_run, cur_run, len(shared) + len(shared_util), offenders, tolerance, utility_tolerance)
+    return Comparison(base_run, cur_run, len(shared) + len(shared_util), offenders, tolerance, utility_tolerance,
+                      skipped)
 
 
 def format_comparison(result: Comparison) -> str:
@@ -134,6 +140,9 @@ def format_comparison(result: Comparison) -> str:
     head = (f"compared {result.compared} cells of baseline run {result.baseline_run} and current run "
             f"{result.current_run} (AUC: baseline CI ± {result.tolerance:g}; utility: ± "
             f"{100 * result.utility_tolerance:g}% of baseline)")
+    if result.skipped:
+        head += (f"\nnot compared: {', '.join(result.skipped)} (not built in: the gate watches privbench's own "
+                 f"attacks and defenses; compare a plugin with its anchors on the leaderboard)")
     if result.ok:
         return head + "\nno regressions"
     cols = ["task", "model", "defense", "seed", "game", "attack", "metric", "baseline", "current", "allowed"]

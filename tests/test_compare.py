@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.cli import main
-from bench.compare import compare
+from bench.compare import compare, format_comparison
 from bench.errors import ConfigError
 from bench.store import Store
 from tests.db_snapshot import upgraded_copy
@@ -136,3 +136,18 @@ def test_shipped_baseline_is_a_smoke_run(tmp_path):
     assert compare(str(baseline), str(copy)).ok
     assert copy.read_bytes() == before
     assert sqlite3.connect(copy).execute("select count(*) from runs").fetchone()[0] >= 1
+
+
+def test_the_report_names_the_plugins_it_left_out(tmp_path):
+    base = make_db(tmp_path / "base.db", BASE)
+    cur = make_db(tmp_path / "cur.db", BASE)
+    with Store(cur, create=False) as store:
+        store.write_evaluation(
+            1, "adapt-loss-mine", task="mini_pile", model="nano", defense="my_defense", defense_params={}, seed=0,
+            game="adapt", attack="loss", attack_params={}, world_key="w", target_ids=["a", "b"], labels=[0, 1],
+            scores=[0.0, 1.0], duration_s=0.1,
+            metrics=[{"metric": "auc", "value": 0.1, "ci_low": 0.0, "ci_high": 0.2, "n_pos": 1, "n_neg": 1}])
+    result = compare(base, cur)
+    assert result.ok and result.compared == 2 and result.skipped == ("defense my_defense",)
+    text = format_comparison(result)
+    assert "not compared: defense my_defense (not built in" in text and text.endswith("no regressions")
