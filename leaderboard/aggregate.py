@@ -319,7 +319,9 @@ RANKING_RULE = (
     "and so on. Within a layer, higher utility retained comes first, then lower worst-case AUC. Ranks use the "
     "means over seeds, not the CIs: rows whose intervals overlap may swap with more seeds. The anchors none (θ "
     "released unchanged) and finetune (undefended) take part in the layers but get no rank number; a configuration "
-    "without a privacy or a utility-retained value is listed after the ranked ones, unranked.")
+    "without a privacy or a utility-retained value is listed after the ranked ones, unranked. Utility retained "
+    "above 1 means a held-out loss below the fine-tuning anchor's; it happens where the anchor's recipe overfits "
+    "(the pii track's anchor trains 24 epochs so that it gives up IDs) and says nothing of privacy.")
 SELECTION_BIAS = (
     "Selection bias: each privacy number is the maximum over the attacks run on the same targets (the worst case "
     "over {n} attacks here), which overstates what any single attack achieves — the more attacks, the more "
