@@ -155,6 +155,15 @@ def test_a_worker_can_neither_rewrite_the_results_database_nor_leave_notes_outsi
         assert not note.exists()  # the kernel refused what the audit hook cannot see
 
 
+def test_a_defense_cannot_read_the_task_pools_from_the_shared_cache(scored, tmp_path, monkeypatch):
+    """tests/plugins/corpus_reader_defense.py looks up the targets in the task's built corpus: the worker's guard
+    refuses the read of the shared cache (and the kernel shows it an empty directory where it can)."""
+    monkeypatch.setenv("PRIVBENCH_TEST_SHARED", scored["cache"])
+    res = submit(str(PLUGINS / "corpus_reader_defense.py"), suite=TINY, db=f"sqlite:///{tmp_path / 'r.db'}",
+                 cache=scored["cache"], limits=RUN_LIMITS, sandbox_dir=str(tmp_path / "box"))
+    assert res.status == "failed" and "read of the runner's files refused" in res.error, res.error
+
+
 def test_endless_loop_is_killed(scored, tmp_path):
     res = _submit_bad(scored, "loop", Limits(wall_s=30, memory_bytes=3 << 30), tmp_path)
     assert "wall-clock limit exceeded" in res.error and "30 s" in res.error
