@@ -299,7 +299,7 @@ class ProgressRelay:
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
-                data = f.read(1 << 16)
+                data = f.read()
         except OSError:
             return
         end = data.rfind(b"\n")
