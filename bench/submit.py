@@ -152,8 +152,6 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
         except (OSError, ValueError) as exc:
             error = f"the plugin run left no readable result ({type(exc).__name__}: {exc}): see {box}/child.stderr"
         else:
-            if payload.get("worker_isolation"):
-                log(f"plugin workers: {payload['worker_isolation']}")
             if payload.get("status") != "complete":
                 error = str(payload.get("error") or f"the plugin run failed (exit {res.returncode})")
                 if res.returncode == MEMORY_EXIT:
@@ -381,6 +379,9 @@ def _child(spec_path: str) -> int:
     cache = OverlayCache(spec["cache"], spec["overlay"])
     make_non_dumpable()  # this process will hold the draw: no /proc/<pid>/mem or ptrace for the plugin's workers
     isolation = WorkerIsolation.probe([spec["cache"]])  # probed now: it starts programs
+    # the parent relays these lines while the child runs (ProgressRelay): how the workers are isolated, then the jobs
+    progress = open(box / PROGRESS_FILE, "a", encoding="utf-8", buffering=1)
+    progress.write(f"plugin workers: {isolation.describe()}\n")
     violation = box / VIOLATION_FILE
     plugin = PluginRef(**spec["plugin"])
     try:
@@ -396,7 +397,6 @@ def _child(spec_path: str) -> int:
         hardware = arm_sandbox(box, violation, may_spawn=spawn_allowed(box))
         suite = parse_suite(submission_suite(spec["suite_raw"], kind, name, spec["extend"]), path=spec["suite_path"])
 
-        progress = open(box / PROGRESS_FILE, "a", encoding="utf-8", buffering=1)  # in the sandbox: the guard allows it
 
         class SubmissionRunner(Runner):
             def log(self, msg: str) -> None:  # job by job, for the parent to relay (ProgressRelay)
@@ -431,7 +431,7 @@ def _child(spec_path: str) -> int:
         rows = export_rows(store, result.run_id)
         write({"status": "complete", "config": suite.config, "plugin_versions": runner.plugin_versions(),
                "plugin": {"kind": kind, "name": name, "version": cls.version}, "hardware": hardware,
-               "worker_isolation": isolation.describe(), **rows})
+               **rows})
         return 0
     except WorkerViolation:  # the worker wrote its report; end as it did
         return VIOLATION_EXIT
