@@ -559,19 +559,25 @@ def _loss_mask(instance, req: dict) -> list:
 
 
 def _source_dir(cls: type) -> list[str]:
+    """[the plugin's source file, its directory], or [] where the class has no source file."""
     import inspect
     try:
-        return [os.path.dirname(os.path.realpath(inspect.getsourcefile(cls) or ""))]
+        source = os.path.realpath(inspect.getsourcefile(cls) or "")
     except TypeError:
         return []
+    return [source, os.path.dirname(source)]
 
 
-def _plugin_frame(exc: BaseException, dirs: list[str]) -> str:
-    """" (at file.py:LINE in FUNCTION)" for the innermost frame of the plugin's own code, so that a failed
-    submission says where (its worker and traceback are gone with the sandbox); "" when none is the plugin's."""
+def _plugin_frame(exc: BaseException, where: list[str]) -> str:
+    """" (at file.py:LINE in FUNCTION)" for the innermost frame of the plugin's own code (its file first, else a
+    module beside it), so that a failed submission says where: its worker and traceback are gone with the
+    sandbox. "" when no frame is the plugin's."""
     import traceback
-    own = [f for f in traceback.extract_tb(exc.__traceback__)
-           if dirs and os.path.realpath(f.filename).startswith(dirs[0].rstrip("/") + "/")]
+    if not where:
+        return ""
+    frames = [(os.path.realpath(f.filename), f) for f in traceback.extract_tb(exc.__traceback__)]
+    own = [f for path, f in frames if path == where[0]] or \
+        [f for path, f in frames if path.startswith(where[1].rstrip("/") + "/")]
     if not own:
         return ""
     f = own[-1]
