@@ -167,6 +167,7 @@ def test_a_failed_plugin_call_names_the_plugins_own_line(tmp_path):
     (tmp_path / "plug.py").write_text("import json\n\nclass P:\n    def go(self):\n        return json.loads('{')\n")
     spec = importlib.util.spec_from_file_location("plug_under_test", tmp_path / "plug.py")
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # as bench.plugin_ref.load_plugin registers a plugin's module
     spec.loader.exec_module(mod)
     try:
         mod.P().go()
@@ -175,3 +176,5 @@ def test_a_failed_plugin_call_names_the_plugins_own_line(tmp_path):
         # the innermost frame is in the json module; the plugin's own line is the one named
         assert _plugin_frame(exc, where) == " (at plug.py:5 in go)"
         assert _plugin_frame(exc, []) == ""
+    finally:
+        sys.modules.pop(spec.name, None)
