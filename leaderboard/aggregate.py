@@ -527,6 +527,22 @@ def _mean_ci(frame: pd.DataFrame, by: list[str], value: str, prefix: str) -> pd.
     return out[cols]
 
 
+def _submitted(runs: pd.DataFrame, run: int, name: str) -> str:
+    """"SUBMITTER, unverified" (or "verified in CI") where defense ``name`` is the plugin a `privbench submit` run
+    scored (its version carries the submission's code hash); "" for a built-in or locally run defense."""
+    row = runs[runs["run"] == run]
+    if row.empty:
+        return ""
+    cfg = _json(row["config"].iloc[0]) or {}
+    versions = _json(row["plugin_versions"].iloc[0]) or {}
+    sub = cfg.get("submission") if isinstance(cfg, dict) else None
+    code = sub.get("code_hash") if isinstance(sub, dict) else None
+    if not code or not isinstance(versions, dict) or not str(versions.get(f"defense:{name}", "")).endswith(f"+{code}"):
+        return ""
+    who = str(row["submitter"].iloc[0]) if "submitter" in row else "—"
+    return f"{who}, {'verified in CI' if row['verified'].iloc[0] == 'yes' else 'unverified'}"
+
+
 def _defense_meta(runs: pd.DataFrame, run: int, label: str) -> tuple[str, str]:
     """(plugin name, version) of the defense labelled ``label`` in a run, from its stored config and plugin
     versions (no plugin import)."""
@@ -554,7 +570,7 @@ RANKING_COLUMNS = ["rank", "pareto_layer", "anchor", "config_id", "defense", "na
                    "params_summary", "task", "model", "game", "tpr", "tpr_low", "tpr_high", "tpr_ci_kind", "tpr_attack",
                    "auc", "auc_low", "auc_high", "auc_ci_kind", "auc_attack", "n_attacks", "retained", "retained_sd",
                    "retained_low", "retained_high", "retained_n", "guarantee", "guarantees", "train_seconds",
-                   "attack_seconds", "n_seeds", "seeds", "runs", "code_version", "command"]
+                   "attack_seconds", "n_seeds", "seeds", "runs", "code_version", "command", "submitted"]
 
 
 def track_ranking(metrics: pd.DataFrame, utility: pd.DataFrame, guarantees: pd.DataFrame, runs: pd.DataFrame, *,
@@ -601,6 +617,7 @@ def track_ranking(metrics: pd.DataFrame, utility: pd.DataFrame, guarantees: pd.D
     meta = [_defense_meta(runs, int(r), d) for r, d in zip(out["latest_run"], out["defense"])]
     out["name"] = [m[0] for m in meta]
     out["version"] = [m[1] for m in meta]
+    out["submitted"] = [_submitted(runs, int(r), n) for r, n in zip(out["latest_run"], out["name"])]
     out["anchor"] = out["defense"].isin(ANCHOR_LABELS)
     out["params_summary"] = out["params"].map(params_summary)
     out["game"] = game
@@ -642,6 +659,8 @@ def display_ranking(ranking: pd.DataFrame) -> pd.DataFrame:
         version = str(r["version"]) if r["version"] == r["version"] and r["version"] else ""
         plugin = f"{name} {version}".strip()
         defense = f"{r['defense']} {version}".strip() if name == r["defense"] else f"{r['defense']} ({plugin})"
+        if isinstance(r.get("submitted"), str) and r["submitted"]:
+            defense += f" · submitted by {r['submitted']}"
         ta, aa = r["tpr_attack"], r["auc_attack"]
         ta = ta if isinstance(ta, str) else "—"
         aa = aa if isinstance(aa, str) else "—"

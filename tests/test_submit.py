@@ -81,6 +81,14 @@ def test_good_plugin_is_scored_and_shown(scored):
     assert trained and all(t > 0 for t in trained), trained
     board = leaderboard_rows(scored["path"])
     assert "gentle_finetune" in set(board["defense"])
+    # the ranked table names who submitted the plugin, and that the run is not verified (it ran outside CI)
+    from leaderboard.aggregate import display_ranking, track_ranking
+    from leaderboard.queries import guarantee_frame, metric_frame, read_only_engine, run_frame, utility_frame
+    engine = read_only_engine(str(scored["path"]))
+    ranked = display_ranking(track_ranking(metric_frame(engine), utility_frame(engine), guarantee_frame(engine),
+                                           run_frame(engine), group="tiny", game="adapt"))
+    assert [d for d in ranked["defense"] if "gentle_finetune" in d] == [
+        "gentle_finetune 0.1.0 · submitted by alice, unverified"], list(ranked["defense"])
 
 
 def test_rerun_of_unchanged_plugin_is_a_noop(scored):
