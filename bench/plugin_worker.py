@@ -558,7 +558,7 @@ def _loss_mask(instance, req: dict) -> list:
     return torch.as_tensor(mask).to(torch.bool).cpu().tolist()
 
 
-def _source_dir(cls: type) -> list[str]:
+def _plugin_source(cls: type) -> list[str]:
     """[the plugin's source file, its directory], or [] where the class has no source file."""
     import inspect
     try:
@@ -594,13 +594,13 @@ def main(workdir: str) -> int:
         channel.write(json.dumps(body) + "\n")
         channel.flush()
 
-    plugin_dir: list[str] = []  # the plugin's own directory, once it is loaded: where its frames are
+    plugin_source: list[str] = []  # the plugin's file and its directory, once it is loaded: where its frames are
 
     def failure(exc: BaseException) -> dict:
         if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc)):
             return {"error": "memory limit exceeded", "memory": True}
         msg = str(exc) if isinstance(exc, PrivbenchError) else \
-            f"the plugin raised {type(exc).__name__}: {exc}{_plugin_frame(exc, plugin_dir)}"
+            f"the plugin raised {type(exc).__name__}: {exc}{_plugin_frame(exc, plugin_source)}"
         return {"error": (msg.splitlines()[0] if msg else type(exc).__name__)[:2000], "kind": type(exc).__name__}
 
     first = pickle.load(requests)
@@ -619,7 +619,7 @@ def main(workdir: str) -> int:
                 write_hint=WORKER_WRITE_HINT, databases=False)
     try:
         kind, name, cls = load_plugin(PluginRef(**first["plugin"]))
-        plugin_dir.extend(_source_dir(cls))
+        plugin_source.extend(_plugin_source(cls))
         reply(ok=_describe(kind, name, cls))
     except BaseException as exc:  # noqa: BLE001 - every failure of the plugin is reported to the child
         reply(**failure(exc))

@@ -163,7 +163,7 @@ def test_a_workers_calls_neither_read_nor_fill_the_runners_signal_cache(tmp_path
 def test_a_failed_plugin_call_names_the_plugins_own_line(tmp_path):
     import importlib.util
 
-    from bench.plugin_worker import _plugin_frame, _source_dir
+    from bench.plugin_worker import _plugin_frame, _plugin_source
     (tmp_path / "plug.py").write_text("import json\n\nclass P:\n    def go(self):\n        return json.loads('{')\n")
     spec = importlib.util.spec_from_file_location("plug_under_test", tmp_path / "plug.py")
     mod = importlib.util.module_from_spec(spec)
@@ -172,7 +172,7 @@ def test_a_failed_plugin_call_names_the_plugins_own_line(tmp_path):
     try:
         mod.P().go()
     except ValueError as exc:
-        where = _source_dir(mod.P)
+        where = _plugin_source(mod.P)
         # the innermost frame is in the json module; the plugin's own line is the one named
         assert _plugin_frame(exc, where) == " (at plug.py:5 in go)"
         assert _plugin_frame(exc, []) == ""
