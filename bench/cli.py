@@ -217,10 +217,11 @@ def _utility_table(rows: list[dict]) -> str:
                              "data": k[5]})
         pivot[k][metric] = r["value"]
     cols = ["task", "model", "seed", "role", "defense", "data", "loss", "retained", "perplexity",
-            "next_token_accuracy", "rouge1", "rougeL", "train_seconds"]
+            "next_token_accuracy", "rouge1", "rougeL", "adapt_seconds", "train_seconds"]
     cols = [c for c in cols if any(c in row for row in pivot.values())]  # a measure no model reported is no column
     return ("utility (held-out, out-of-domain and matched-utility rows; retained = share of fine-tuning's held-out "
-            "gain)\n" + format_rows(list(pivot.values()), "table", columns=cols))
+            "gain;\nadapt_seconds = adapt's wall time as privbench measured it, train_seconds = the defense's own "
+            "report)\n" + format_rows(list(pivot.values()), "table", columns=cols))
 
 
 @app.command()

@@ -197,11 +197,12 @@ def _utility(w: Worlds, p: UtilityJob, _done) -> JobResult:
     heldout = w.heldout(p.ti)
     _refuse_diverged(w, p, lm.token_signals(heldout))  # scored once: the rows below read these cached signals
     rows: list = []
-    train = None
+    train = measured = None
     defense = w.suite.defenses[p.di].label if p.di is not None else "-"
     if p.role == "adapted":
         _, key, meta = w.adapted(p.ti, p.mi, p.seed, p.di)
         train = meta.get("report", {})
+        measured = meta.get("adapt_seconds")
         if w.suite.defenses[p.di].match:
             rows.append(UtilityRow(**w.matched(p.ti, p.mi, p.seed, p.di)[1]))
         if meta.get("guarantee"):
@@ -213,12 +214,13 @@ def _utility(w: Worlds, p: UtilityJob, _done) -> JobResult:
     else:
         key = w.theta(p.ti, p.mi, p.seed, p.di)[1]
     rows += utility_rows(w, lm, heldout, key=key, held_key=p.key, role=p.role, defense=defense,
-                         train=train, **_where(w, p))
+                         train=train, adapt_seconds=measured, **_where(w, p))
     return JobResult(rows)
 
 
 def utility_rows(w: Worlds, lm: HFLanguageModel, heldout: list[str], *, key: str, held_key: str, role: str,
-                 defense: str, task: str, model: str, seed: int, train: dict | None = None) -> list[UtilityRow]:
+                 defense: str, task: str, model: str, seed: int, train: dict | None = None,
+                 adapt_seconds: float | None = None) -> list[UtilityRow]:
     """Utility rows of one model (bench/utility.py): out-of-domain losses when the suite names such data, then
     held-out loss, perplexity, next-token accuracy and ROUGE of greedy continuations (last: see ``_utility``)."""
     u = w.suite.utility
@@ -237,8 +239,10 @@ def utility_rows(w: Worlds, lm: HFLanguageModel, heldout: list[str], *, key: str
                                          cache_dir=w.cache.root / "generations",
                                          read_only_dirs=[r / "generations" for r in
                                                          getattr(w.cache, "read_only_roots", ())]))
-    if train and "train" in train:
+    if train and "train" in train:  # the defense's own word (its report), next to what privbench measured
         values["train_seconds"] = float(train["train"].get("seconds", 0.0))
+    if adapt_seconds is not None:
+        values["adapt_seconds"] = float(adapt_seconds)
     rows.append(UtilityRow(utility_key=held_key, dataset="heldout", values=values, n_tokens=n_tok, **common))
     return rows
 

@@ -274,9 +274,12 @@ def worker_defense(plugin: PluginRef, info: dict, box: Path, violation_file: Pat
                 model.save_pretrained(theta)
                 ctx.tokenizer.save_pretrained(theta)
                 released.mkdir()
+                t0 = time.perf_counter()
                 out = w.call("adapt", model_dir=str(theta), data=data, out_dir=str(released),
                              device=str(ctx.device), max_length=ctx.max_length, seed=ctx.seed,
                              autocast_bf16=ctx.autocast_bf16)
+                # timed on this side of the pipe: the plugin's process cannot set it (bench/artifacts.py)
+                self.measured_adapt_seconds = time.perf_counter() - t0
                 adapted = load_released(released, ctx.device)
             report, guarantee = out.get("report") or {}, out.get("guarantee")
             if not isinstance(report, dict) or not (guarantee is None or isinstance(guarantee, dict)):

@@ -237,8 +237,10 @@ def _utility_columns(configs: pd.DataFrame, utility: pd.DataFrame, baseline: str
                      f"Δ loss vs {baseline} sd": ("delta_loss", _sd)})
     if "perplexity" in rows:
         cols["perplexity"] = ("perplexity", "mean")
+    if "adapt_seconds" in rows:
+        cols["adapt seconds, measured (mean)"] = ("adapt_seconds", "mean")
     if "train_seconds" in rows:
-        cols["train seconds (mean)"] = ("train_seconds", "mean")
+        cols["train seconds, self-reported (mean)"] = ("train_seconds", "mean")
     if not cols:
         return pd.DataFrame(index=configs.set_index(KEYS).index.unique())
     return rows.groupby(KEYS).agg(**cols)
@@ -509,6 +511,27 @@ def rank_configurations(frame: pd.DataFrame) -> pd.DataFrame:
     return out.drop(columns="_unranked").reset_index(drop=True)
 
 
+def _train_cost(configs: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration: ``train_seconds``, the mean over seeds of the adaptation's wall time, and
+    ``train_seconds_source``. A seed's time is what privbench measured around ``adapt`` (utility ``adapt_seconds``)
+    where stored; a run made before privbench measured it has only the defense's own report (``train_seconds``),
+    and any configuration that leans on one such seed is marked ``self-reported``."""
+    on = ["run", "task", "model", "defense", "seed"]
+    cols = KEYS + ["train_seconds", "train_seconds_source"]
+    adapted = utility[(utility["role"] == "adapted") & utility["metric"].isin(["adapt_seconds", "train_seconds"])]
+    rows = configs.merge(adapted[on + ["metric", "value"]], on=on, how="inner")
+    if rows.empty:
+        return pd.DataFrame(columns=cols)
+    wide = rows.pivot_table(index=KEYS + ["seed"], columns="metric", values="value", aggfunc="sum")
+    measured = wide["adapt_seconds"] if "adapt_seconds" in wide else pd.Series(np.nan, index=wide.index)
+    reported = wide["train_seconds"] if "train_seconds" in wide else pd.Series(np.nan, index=wide.index)
+    per_seed = pd.DataFrame({"value": measured.fillna(reported), "reported": measured.isna() & reported.notna()})
+    per_seed = per_seed[per_seed["value"].notna()].reset_index()
+    out = per_seed.groupby(KEYS).agg(train_seconds=("value", "mean"), reported=("reported", "any")).reset_index()
+    out["train_seconds_source"] = np.where(out["reported"], "self-reported", "measured")
+    return out[cols]
+
+
 def _mean_ci(frame: pd.DataFrame, by: list[str], value: str, prefix: str) -> pd.DataFrame:
     """Mean over seeds of ``value`` per ``by`` (one value per seed: rows of a seed averaged first), sd, n and the
     Student-t 95% CI for n >= 2 (NaN for one seed: a single derived value has no interval)."""
@@ -570,6 +593,7 @@ RANKING_COLUMNS = ["rank", "pareto_layer", "anchor", "config_id", "defense", "na
                    "params_summary", "task", "model", "game", "tpr", "tpr_low", "tpr_high", "tpr_ci_kind", "tpr_attack",
                    "auc", "auc_low", "auc_high", "auc_ci_kind", "auc_attack", "n_attacks", "retained", "retained_sd",
                    "retained_low", "retained_high", "retained_n", "guarantee", "guarantees", "train_seconds",
+                   "train_seconds_source",
                    "attack_seconds", "n_seeds", "seeds", "runs", "code_version", "command", "submitted"]
 
 
@@ -600,10 +624,7 @@ def track_ranking(metrics: pd.DataFrame, utility: pd.DataFrame, guarantees: pd.D
     ret = util[(util["dataset"] == "retained") & (util["metric"] == "utility_retained")]
     ret = configs.merge(ret[on + ["value"]], on=on, how="inner")
     out = out.merge(_mean_ci(ret, KEYS, "value", "retained"), on=KEYS, how="left")
-    ts = configs.merge(util[(util["role"] == "adapted") & (util["metric"] == "train_seconds")][on + ["value"]],
-                       on=on, how="inner")
-    out = out.merge(ts.groupby(KEYS + ["seed"])["value"].sum().groupby(KEYS).mean().rename("train_seconds")
-                    .reset_index(), on=KEYS, how="left")
+    out = out.merge(_train_cost(configs, util), on=KEYS, how="left")
     cost = metrics.drop_duplicates("evaluation_id").groupby(KEYS + ["seed"])["duration_s"].sum()
     out = out.merge(cost.groupby(KEYS).mean().rename("attack_seconds").reset_index(), on=KEYS, how="left")
     gts = {}
@@ -670,7 +691,9 @@ def display_ranking(ranking: pd.DataFrame) -> pd.DataFrame:
                      "worst attack": ta if ta == aa else f"{ta} / {aa}",
                      "utility retained [95% CI]": _value_ci(r["retained"], r["retained_low"], r["retained_high"]),
                      "guarantee": r["guarantee"],
-                     "cost (train+attack)": f"{_seconds(r['train_seconds'])} + {_seconds(r['attack_seconds'])}",
+                     "cost (train+attack)": f"{_seconds(r['train_seconds'])} + {_seconds(r['attack_seconds'])}"
+                                            + (" (train self-reported)"
+                                               if r.get("train_seconds_source") == "self-reported" else ""),
                      "seeds": str(int(r["n_seeds"]))})
     return pd.DataFrame(rows, columns=DISPLAY_COLUMNS)
 

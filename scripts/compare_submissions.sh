@@ -1,6 +1,6 @@
 #!/bin/bash
 # Submit one plugin with two privbench source trees under the same draw secret and compare what they stored:
-# every score (with its label) and every utility row but train_seconds. Used to check that a change to how
+# every score (with its label) and every utility row but the wall-clock ones (train_seconds, adapt_seconds). Used to check that a change to how
 # submissions run (bench/submit.py, bench/plugin_worker.py) leaves an honest plugin's results unchanged.
 #
 #   bash scripts/compare_submissions.sh OLD_TREE NEW_TREE PLUGIN [SUITE] [WORKDIR]
@@ -32,10 +32,10 @@ def scores(db):
         "FROM scores s JOIN evaluations e ON s.evaluation_id = e.id").fetchall())
 def utility(db):
     return sorted(sqlite3.connect(db).execute(
-        "SELECT defense, seed, role, dataset, metric, value FROM utility WHERE metric != 'train_seconds'").fetchall())
+        "SELECT defense, seed, role, dataset, metric, value FROM utility WHERE metric NOT IN ('train_seconds', 'adapt_seconds')").fetchall())
 a, b = scores(sys.argv[1]), scores(sys.argv[2])
 ua, ub = utility(sys.argv[1]), utility(sys.argv[2])
 print(f"scores: {len(a)} vs {len(b)}, {'identical' if a == b else 'DIFFERENT'}")
-print(f"utility rows (train_seconds aside): {len(ua)} vs {len(ub)}, {'identical' if ua == ub else 'DIFFERENT'}")
+print(f"utility rows (train_seconds and adapt_seconds aside): {len(ua)} vs {len(ub)}, {'identical' if ua == ub else 'DIFFERENT'}")
 sys.exit(0 if a == b and ua == ub else 1)
 PY

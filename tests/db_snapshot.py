@@ -28,7 +28,7 @@ def tiny_world_yaml(games: str = "all") -> str:
     return TINY_WORLD.replace("GAMES", games)
 
 
-def snapshot(db: str | Path, *, drop_utility: tuple[str, ...] = ("train_seconds",)) -> dict:
+def snapshot(db: str | Path, *, drop_utility: tuple[str, ...] = ("train_seconds", "adapt_seconds")) -> dict:
     """Everything a run stored, keyed by content (never by row id or time): evaluations with their scores,
     metric rows, utility rows (minus wall-clock fields) and guarantees."""
     store = Store(f"sqlite:///{db}", create=False)

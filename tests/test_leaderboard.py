@@ -92,7 +92,7 @@ def test_main_view_worst_case_utility_guarantee_provenance(db, monkeypatch):
         assert row["held-out loss"] == pytest.approx(np.mean(loss))
         delta = [loss[s] - ADAPTED_LOSS["finetune"][s] for s in (0, 1)]  # default baseline: finetune
         assert row["Δ loss vs finetune"] == pytest.approx(np.mean(delta))
-        assert row["train seconds (mean)"] == pytest.approx(10.5)
+        assert row["train seconds, self-reported (mean)"] == pytest.approx(10.5)
         assert row["code version"] == "v1.2" and row["command"] == "privbench run --suite demo"
     # the per-seed max would give 0.675 here; the page reports the best attack on the mean (zlib, 0.85)
     assert _row(table, "dp")["adapt · max AUC"] == pytest.approx(0.65)
@@ -559,9 +559,41 @@ def test_track_ranking_follows_the_rule(tracks_db):
     dp = r[r["defense"] == "dp-eps8"].iloc[0]
     assert (dp["name"], dp["version"]) == ("dp_adapt", "0.2.0")
     assert json.loads(dp["guarantees"]) == {"epsilon": pytest.approx(8.0)} and dp["guarantee"] == "ε 8"
-    assert dp["train_seconds"] == pytest.approx(15.0)  # mean of 10 and 20 s
+    assert dp["train_seconds"] == pytest.approx(15.0)  # mean of 10 and 20 s measured, not the 0.75 s reported
+    assert dp["train_seconds_source"] == "measured"
     assert dp["attack_seconds"] == pytest.approx(4 * 0.25)  # 2 games × 2 attacks per seed
     assert dp["params_summary"] == "full · ε 8 · clip 0.1"  # unset values and plumbing left out
+
+
+def test_train_cost_prefers_what_privbench_measured():
+    """The cost column reads ``adapt_seconds`` (timed by privbench around adapt) over the defense's own report, per
+    seed; a configuration with one seed that has only the report is marked self-reported, and says so on screen."""
+    from leaderboard.aggregate import _train_cost, display_ranking, RANKING_COLUMNS
+    keys = dict(task="t", model="m", params="{}")
+    configs = pd.DataFrame([dict(run=1, defense=d, seed=s, **keys) for d in ("honest", "liar", "old") for s in (0, 1)])
+
+    def row(d, s, metric, v):
+        return dict(run=1, defense=d, seed=s, role="adapted", dataset="heldout", metric=metric, value=v, **keys)
+    util = pd.DataFrame([row("honest", 0, "adapt_seconds", 10.0), row("honest", 1, "adapt_seconds", 12.0),
+                         row("honest", 0, "train_seconds", 9.0), row("honest", 1, "train_seconds", 11.0),
+                         # a defense that reports almost no training time: the measured time stands
+                         row("liar", 0, "adapt_seconds", 30.0), row("liar", 1, "adapt_seconds", 34.0),
+                         row("liar", 0, "train_seconds", 0.001), row("liar", 1, "train_seconds", 0.001),
+                         # a run from before privbench measured: one seed has only the report
+                         row("old", 0, "adapt_seconds", 5.0), row("old", 1, "train_seconds", 7.0)])
+    cost = _train_cost(configs, util).set_index("defense")
+    assert cost.loc["honest", "train_seconds"] == pytest.approx(11.0)
+    assert cost.loc["liar", "train_seconds"] == pytest.approx(32.0)
+    assert cost.loc["old", "train_seconds"] == pytest.approx(6.0)
+    assert cost["train_seconds_source"].to_dict() == {"honest": "measured", "liar": "measured",
+                                                      "old": "self-reported"}
+    ranking = pd.DataFrame([{c: np.nan for c in RANKING_COLUMNS} | {
+        "anchor": False, "rank": 1.0, "defense": d, "name": d, "version": "1", "params_summary": "", "n_seeds": 2,
+        "guarantee": "—", "tpr_attack": "loss", "auc_attack": "loss", "attack_seconds": 1.0,
+        "train_seconds": cost.loc[d, "train_seconds"], "train_seconds_source": cost.loc[d, "train_seconds_source"]}
+        for d in ("liar", "old")])
+    shown = display_ranking(ranking)["cost (train+attack)"].tolist()
+    assert shown == ["32 s + 1.0 s", "6.0 s + 1.0 s (train self-reported)"]
 
 
 def test_display_and_params_summary():

@@ -173,6 +173,31 @@ def test_a_defense_cannot_read_the_task_pools_from_the_shared_cache(scored, tmp_
     assert res.status == "failed" and "read of the runner's files refused" in res.error, res.error
 
 
+def test_a_defense_cannot_claim_a_lower_cost_than_it_took(scored, tmp_path):
+    """tests/plugins/cheap_claim_defense.py pauses 2 s in adapt, reports 1 ms and freezes its own clock: the stored
+    ``train_seconds`` is its word, ``adapt_seconds`` is what the child measured around the worker's request, and the
+    board's cost column reads the measurement."""
+    SPENT_S = 2.0  # the pause of tests/plugins/cheap_claim_defense.py
+    path = tmp_path / "cheap.db"
+    res = submit(str(PLUGINS / "cheap_claim_defense.py"), suite=TINY, db=f"sqlite:///{path}", cache=scored["cache"],
+                 limits=RUN_LIMITS, sandbox_dir=str(tmp_path / "box"))
+    assert res.status == "complete", res.error
+    with Store(f"sqlite:///{path}", create=False) as store:
+        util = {u["metric"]: u["value"] for u in store.utility_rows(res.run_id)
+                if u["defense"] == "cheap_claim" and u["role"] == "adapted" and u["dataset"] == "heldout"}
+    assert util["train_seconds"] == pytest.approx(0.001)
+    assert SPENT_S <= util["adapt_seconds"] < SPENT_S + 60, util
+    from leaderboard.aggregate import display_ranking, track_ranking
+    from leaderboard.queries import guarantee_frame, metric_frame, read_only_engine, run_frame, utility_frame
+    engine = read_only_engine(str(path))
+    ranked = track_ranking(metric_frame(engine), utility_frame(engine), guarantee_frame(engine), run_frame(engine),
+                           group="tiny", game="adapt")
+    row = ranked[ranked["defense"] == "cheap_claim"].iloc[0]
+    assert row["train_seconds"] == pytest.approx(util["adapt_seconds"]) and row["train_seconds_source"] == "measured"
+    shown = display_ranking(ranked)["cost (train+attack)"][ranked.index[ranked["defense"] == "cheap_claim"][0]]
+    assert "self-reported" not in shown and not shown.startswith("0.0 s"), shown
+
+
 def test_endless_loop_is_killed(scored, tmp_path):
     res = _submit_bad(scored, "loop", Limits(wall_s=30, memory_bytes=3 << 30), tmp_path)
     assert "wall-clock limit exceeded" in res.error and "30 s" in res.error
