@@ -6,6 +6,7 @@ import json
 import os
 import secrets
 import sys
+import textwrap
 import warnings
 from pathlib import Path
 from typing import Optional
@@ -58,7 +59,7 @@ def _check_format(fmt: str) -> None:
     """Refuse an unknown output format before any work runs (a run is not redone to print it)."""
     from bench.report import FORMATS
     if fmt not in FORMATS:
-        raise PrivbenchError(f"unknown format {fmt!r}: use {', '.join(FORMATS)}")
+        raise PrivbenchError(f"unknown format {fmt!r}: use {', '.join(FORMATS[:-1])} or {FORMATS[-1]}")
 
 
 def _store(db: str, create: bool = True):
@@ -360,27 +361,41 @@ def show(
     fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv"),
     db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP),
     utility: bool = typer.Option(False, "--utility", help="Show utility rows instead of metric rows."),
+    summary: bool = typer.Option(False, "--summary", help="One line per defense configuration, ranked as the "
+                                 "leaderboard ranks them: worst-case TPR@1%FPR and AUC, utility retained, guarantee, "
+                                 "cost."),
     list_runs: bool = typer.Option(False, "--list", help="List runs instead of showing one."),
 ) -> None:
-    """Print a run's metric rows (AUC, TPR@FPR with CIs, counts) as a table, JSON or CSV."""
+    """Print a run's metric rows (AUC, TPR@FPR with CIs, counts) as a table, JSON or CSV; --summary ranks its
+    defenses as the leaderboard does."""
     from bench.report import format_rows
 
-    if list_runs and (run_ref is not None or utility):
-        raise PrivbenchError(f"--list lists every run and takes no {'run' if run_ref is not None else '--utility'}: "
-                             f"use `privbench show --list`, or `privbench show RUN [--utility]` for one run")
+    if list_runs and (run_ref is not None or utility or summary):
+        extra = "run" if run_ref is not None else ("--utility" if utility else "--summary")
+        raise PrivbenchError(f"--list lists every run and takes no {extra}: use `privbench show --list`, or "
+                             f"`privbench show RUN [--utility | --summary]` for one run")
+    if utility and summary:
+        raise PrivbenchError("--utility and --summary are two views: give one (the summary holds utility retained)")
     store = _store(db, create=False)
     if list_runs:
         typer.echo(format_rows(store.list_runs(), fmt))
         return
     run_id = store.resolve_run(run_ref)
-    rows = store.utility_rows(run_id) if utility else store.metric_rows(run_id)
-    if fmt == "table" and not utility:
+    rows = [] if summary else store.utility_rows(run_id) if utility else store.metric_rows(run_id)
+    info = store.run_info(run_id)
+    if summary and info.get("status") != "complete":
+        raise PrivbenchError(f"run {run_id} is {info.get('status')}: a summary ranks a complete run, as the "
+                             f"leaderboard does; `privbench show {run_id}` prints the rows it stored, and rerunning "
+                             f"its command completes it")
+    if summary:
+        with store.database_errors("read the rows of the run"):
+            text = _board_text(db, fmt, run=run_id)
+    elif fmt == "table" and not utility:
         cols = ["task", "model", "defense", "seed", "game", "attack", "metric", "value", "ci_low", "ci_high",
                 "n_pos", "n_neg", "flag"]
         text = format_rows(rows, fmt, columns=cols)
     else:
         text = format_rows(rows, fmt)
-    info = store.run_info(run_id)
     if info.get("status") != "complete":  # on stderr, so JSON and CSV on stdout stay clean
         state = ("marked running: still in progress, or stopped without a trace" if info.get("status") == "running"
                  else str(info.get("status")))
@@ -388,6 +403,39 @@ def show(
         typer.echo(f"warning: run {run_id} is {state}{why}; its rows are partial: rerun its command to complete "
                    f"it", err=True)
     typer.echo(text)
+
+
+def _board_text(db: str, fmt: str, *, run: int | None = None, group: str | None = None) -> str:
+    """The ranked tables of the leaderboard (or of one run) as text: per group a heading and its table, or, as JSON
+    and CSV, one row per configuration led by its group."""
+    from bench.report import format_rows
+    from leaderboard.aggregate import DISPLAY_COLUMNS, RANKING_RULE
+    from leaderboard.board import board_rows, load_board
+    from leaderboard.queries import LeaderboardError, read_only_engine
+
+    _check_format(fmt)
+    try:
+        engine = read_only_engine(db)
+        try:
+            board = load_board(engine, run=run)
+        finally:
+            engine.dispose()
+    except LeaderboardError as exc:
+        raise PrivbenchError(str(exc).replace("`-- --db PATH` to streamlit", "--db PATH")) from None
+    if group is not None and group not in board.groups:
+        raise PrivbenchError(f"no group {group!r} on the board: it has {', '.join(board.names) or 'none'} "
+                             f"(`privbench board show` lists them all)")
+    names = [group] if group is not None else board.names
+    if fmt != "table":
+        return format_rows(board_rows(board, names), fmt, columns=["group", "kind", "game", *DISPLAY_COLUMNS])
+    if not names:
+        return "no complete run with metric rows: nothing to rank yet"
+    parts = []
+    for name in names:
+        g = board.groups[name]
+        parts.append(f"{g.title()} · headline game {g.game} · worst case over {g.n_attacks} attack(s)\n"
+                     + format_rows(g.display.to_dict("records"), "table", columns=DISPLAY_COLUMNS))
+    return "\n\n".join(parts) + "\n\n" + textwrap.fill(RANKING_RULE, width=116)
 
 
 # ---------------------------------------------------------------------- the database schema
@@ -454,6 +502,21 @@ def board_export(
     n = sum(len(g["display"]) for g in data["groups"])
     typer.echo(f"wrote {out}/index.html and {out}/board.json: {len(data['groups'])} group(s) "
                f"({', '.join(g['name'] for g in data['groups']) or 'none'}), {n} configuration(s)")
+
+
+@board_app.command("show")
+def board_show(
+    group: Optional[str] = typer.Argument(None, metavar="[GROUP]", help="A track, or a suite without one "
+                                                                        "(default: every group)."),
+    fmt: str = typer.Option("table", "--format", "-f", help="table, json or csv"),
+    db: str = typer.Option(DEFAULT_DB, "--db", help=DB_HELP + " Opened read-only."),
+) -> None:
+    """Print the leaderboard's ranked tables in the terminal: the first screen of the app, group by group."""
+    from bench.store import Store
+    store = Store(db, create=False)  # the checks and messages of `privbench show`; it only reads
+    store.close()
+    with store.database_errors("read the rows of the board"):
+        typer.echo(_board_text(db, fmt, group=group))
 
 
 # ---------------------------------------------------------------------- submitting plugins and the regression gate

@@ -19,7 +19,7 @@ from leaderboard.aggregate import (
 )
 from leaderboard.queries import check_schema, guarantee_frame, metric_frame, run_frame, utility_frame
 
-__all__ = ["Group", "Board", "load_board", "board_from_frames"]
+__all__ = ["Group", "Board", "load_board", "board_from_frames", "board_rows"]
 
 
 #: metric rows of the privacy audit (bench/audit.py): ROC and one-run ε lower bounds, the DP claim's verdict, and the
@@ -230,7 +230,24 @@ def board_from_frames(metrics: pd.DataFrame, utility: pd.DataFrame, guarantees: 
     return board
 
 
-def load_board(engine: Engine) -> Board:
-    """Read a results database (read-only engine from ``queries.read_only_engine``) into a :class:`Board`."""
+def load_board(engine: Engine, run: int | None = None) -> Board:
+    """Read a results database (read-only engine from ``queries.read_only_engine``) into a :class:`Board`.
+
+    With ``run``, the board of that run alone (its groups, its configurations ranked among themselves): what
+    ``privbench show RUN --summary`` prints. Like the board, it reads complete runs only."""
     check_schema(engine)
-    return board_from_frames(metric_frame(engine), utility_frame(engine), guarantee_frame(engine), run_frame(engine))
+    frames = [metric_frame(engine), utility_frame(engine), guarantee_frame(engine), run_frame(engine)]
+    if run is not None:
+        frames = [f[f["run"] == run] for f in frames]
+    return board_from_frames(*frames)
+
+
+def board_rows(board: Board, groups: list[str] | None = None) -> list[dict]:
+    """The ranked tables of ``groups`` (default: every group) as rows of text cells, each led by its group, kind
+    and headline game: what ``privbench board show`` and ``privbench show --summary`` print."""
+    rows = []
+    for name in groups if groups is not None else board.names:
+        g = board.groups[name]
+        for cells in g.display.to_dict("records"):
+            rows.append({"group": name, "kind": g.kind, "game": g.game, **cells})
+    return rows
