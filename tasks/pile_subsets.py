@@ -371,6 +371,8 @@ def build_subset(
 
 @register_task("pile_subset")
 class PileSubset(Task):
+    #: 0.2.0: D's background is drawn from the target pool (bench.task.TaskData.background_pool)
+    version = "0.2.0"
     description = ("Offline mini-Pile subset (code, wiki, books, news, dialogue_en, dialogue_de): one shared "
                    "pretraining partition of the mixture, and held-out / population / adaptation / target pools "
                    "from the subset, iid (held out from a pretraining source), ood (a source outside the "
@@ -438,4 +440,7 @@ class PileSubset(Task):
             sources=tuple(blob["sources"]),
             stats=blob["stats"],
             relation=blob["relation"],
+            # the background is drawn from the target pool (bench.task.TaskData.background_pool), except where the
+            # targets are pretraining records themselves (overlap)
+            background_pool="adapt" if blob["relation"] == "overlap" else "targets",
         )

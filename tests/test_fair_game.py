@@ -317,6 +317,80 @@ def test_docs_name_every_in_process_channel():
         assert phrase in docs, phrase
 
 
+# ------------------------------------------------------------------------------ no pool marks the targets
+
+def _pools(ch: Challenger, data) -> tuple[set[str], set[str], set[str]]:
+    """(texts of D̃, texts of the world's b = 1 records, texts of every other record the world drew: b = 0 targets
+    and the null pool, none of which D̃ may hold)."""
+    dtilde = set(ch.adaptation_data().texts)
+    inserted = set(ch.members("b"))
+    others = set(ch.target_texts()) - inserted
+    return dtilde, inserted, others
+
+
+def test_background_from_the_target_pool_hides_which_records_are_targets():
+    """A defense that knows the task's public pools drops the records of D̃ that lie in the target pool. With the
+    background from the adaptation pool that removes exactly the targets; from the target pool it removes all of D̃,
+    and nothing of D̃ is a record the world drew but did not insert (b = 0 targets, the null pool)."""
+    import dataclasses
+    base = make_task_data(n_targets=600, n_adapt=150, seed=11)
+    world = {"n_per_group": 40, "n_null": 80, "adapt_background": 100}
+    pool = {r.text for r in base.targets}
+    old = Challenger(dataclasses.replace(base, background_pool="adapt"), world, seed=0, secret="k")
+    dtilde, inserted, _ = _pools(old, base)
+    assert {t for t in dtilde if t not in pool} == set(base.adapt[:100])  # the exploit keeps the background alone
+    assert inserted <= dtilde and not (inserted - pool)
+
+    data = dataclasses.replace(base, background_pool="targets")
+    new = Challenger(data, world, seed=0, secret="k")
+    dtilde, inserted, never = _pools(new, data)
+    assert dtilde <= pool  # every record of D̃ lies in the public target pool: the exploit keeps nothing
+    assert inserted <= dtilde and not (dtilde & never)
+    assert len(dtilde - inserted) == 100  # the background: undrawn target-pool records
+    # the background stream is separate: the same targets, groups and labels as under the old rule
+    for game in ("adapt", "null"):
+        a, b = old.instance(GAMES[game]), new.instance(GAMES[game])
+        assert a.record_ids == b.record_ids and list(a.labels) == list(b.labels)
+    assert new.world_key != old.world_key  # results under the two rules never share a key
+    # the background is salted like the draw: another secret takes other records, the same secret the same ones
+    other = set(Challenger(data, world, seed=0, secret="j").adaptation_data().texts)
+    again = set(Challenger(data, world, seed=0, secret="k").adaptation_data().texts)
+    assert again == dtilde and len((dtilde - inserted) & other) < 50
+
+
+def test_a_target_pool_too_small_for_the_background_is_refused():
+    import dataclasses
+    from bench.errors import DataError
+    data = dataclasses.replace(make_task_data(n_targets=200, seed=2), background_pool="targets")
+    with pytest.raises(DataError, match=r"has 40 target-pool records left after the world's draw but "
+                                        r"adapt_background is 41: lower adapt_background, n_per_group or n_null"):
+        Challenger(data, {"n_per_group": 30, "n_null": 40, "adapt_background": 41}, seed=0)
+    with pytest.raises(DataError, match="background_pool 'elsewhere'"):
+        Challenger(dataclasses.replace(data, background_pool="elsewhere"), {"n_per_group": 5, "n_null": 8,
+                                                                            "adapt_background": 4}, seed=0)
+
+
+def test_the_pool_dropper_keeps_nothing_on_mini_pile(cache):
+    """tests/plugins/pool_dropper_defense.py against the real task of the tiny world (mini_pile, rebuilt from its
+    public sources as the plugin would): before, it kept exactly D's background; now it keeps no record."""
+    import dataclasses
+    import sys
+    import yaml
+    sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+    import pool_dropper_defense as dropper
+    from bench.registry import TASKS
+    tiny = yaml.safe_load((Path(__file__).parent / "plugins" / "tiny.yaml").read_text())
+    assert (tiny["tasks"][0]["name"], tiny["tasks"][0]["params"]) == (dropper.TASK, dropper.TASK_PARAMS)
+    data = TASKS.create(dropper.TASK, dropper.TASK_PARAMS).build(cache)
+    assert data.background_pool == "targets"
+    pool = dropper.public_target_pool(cache)
+    ch = Challenger(data, tiny["world"], seed=0, secret="s")
+    assert dropper.kept(ch.adaptation_data().texts, pool) == []
+    before = Challenger(dataclasses.replace(data, background_pool="adapt"), tiny["world"], seed=0, secret="s")
+    left = dropper.kept(before.adaptation_data().texts, pool)
+    assert sorted(left) == sorted(data.adapt[:tiny["world"]["adapt_background"]])
+
+
 # ------------------------------------------------------------------------------ shadows get what a recipe reads
 
 def test_shadow_data_gives_each_recipe_what_it_reads():
