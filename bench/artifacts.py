@@ -283,8 +283,9 @@ WORKER_MODULE = "bench.plugin_worker"
 
 
 def with_train_seconds(result, seconds: float):
-    """``result`` with ``report["train"]["seconds"]`` (the training cost the leaderboard shows) set to the measured
-    wall time of ``adapt`` where the defense did not report its own."""
+    """``result`` with ``report["train"]["seconds"]`` (the defense's own account of its training time, stored as
+    utility ``train_seconds``) set to the wall time of ``adapt`` where the defense did not report one. The board's
+    cost is ``adapt_seconds``, which :func:`ensure_adapted` measures itself."""
     report = result.report if isinstance(result.report, dict) else {}
     train = report.get("train")
     if not isinstance(train, dict):
@@ -317,8 +318,10 @@ def ensure_adapted(cache: ArtifactCache, spec: ModelSpec, base: tuple[Path | str
         else:
             result.model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
-        # the cost the board shows: measured here, where the plugin cannot touch the clock (a submission's own
-        # worker times only its request, loading θ and saving θ′ included); the report is the defense's own word
+        # the cost the board shows: measured here around adapt (a built-in or local plugin runs in this process);
+        # a submission's proxy times its worker from its start to its reply, where the plugin cannot touch the
+        # clock (interpreter start, the plugin's import, loading θ and saving θ′ included); the report is the
+        # defense's own word
         measured = getattr(defense, "measured_adapt_seconds", None) if type(defense).__module__ == WORKER_MODULE \
             else None
         (tmp / "privbench.json").write_text(json.dumps({

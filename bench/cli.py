@@ -376,17 +376,25 @@ def show(
                              f"`privbench show RUN [--utility | --summary]` for one run")
     if utility and summary:
         raise PrivbenchError("--utility and --summary are two views: give one (the summary holds utility retained)")
+    _check_format(fmt)
     store = _store(db, create=False)
     if list_runs:
         typer.echo(format_rows(store.list_runs(), fmt))
         return
+    if summary and run_ref is None:  # the latest run that can be ranked, not one still in progress
+        complete = [r["id"] for r in store.list_runs() if r["status"] == "complete"]
+        if not complete:
+            raise PrivbenchError("no complete run to summarise: `privbench show --list` lists the runs, and rerunning "
+                                 "a run's command completes it")
+        run_ref = str(max(complete))
     run_id = store.resolve_run(run_ref)
     rows = [] if summary else store.utility_rows(run_id) if utility else store.metric_rows(run_id)
     info = store.run_info(run_id)
     if summary and info.get("status") != "complete":
-        raise PrivbenchError(f"run {run_id} is {info.get('status')}: a summary ranks a complete run, as the "
-                             f"leaderboard does; `privbench show {run_id}` prints the rows it stored, and rerunning "
-                             f"its command completes it")
+        state = ("marked running: still in progress, or stopped without a trace (rerun its command to complete it)"
+                 if info.get("status") == "running" else f"{info.get('status')} (rerunning its command completes it)")
+        raise PrivbenchError(f"run {run_id} is {state}: a summary ranks complete runs, as the leaderboard does; "
+                             f"`privbench show {run_id}` prints the rows it stored")
     if summary:
         with store.database_errors("read the rows of the run"):
             text = _board_text(db, fmt, run=run_id)

@@ -120,8 +120,8 @@ WORLD_PARAMS = (
     Param("n_null", int, 400, "units of the null game's own pool (never inserted, shown by no other game), split in "
           "half; below 400 (200 vs 200) the null rows are flagged underpowered", low=8),
     Param("adapt_background", int, 200, "non-target records in the adaptation data D", low=0),
-    Param("n_validation", int, 100, "records of the adaptation pool after D's background that the data owner holds "
-          "back for validation (early stopping); never targets, never trained on", low=0),
+    Param("n_validation", int, 100, "records of the adaptation pool that D's background does not take, which the data "
+          "owner holds back for validation (early stopping); never targets, never trained on", low=0),
     Param("pretrain_target_repeats", int, 1, "copies of each a=1 target inserted into pretraining", low=1),
     Param("n_audit", int, 0, "audit canaries (pool C, shown only by the audit game), each inserted into D "
           "independently with probability 1/2; 0 = none", low=0),
@@ -403,13 +403,15 @@ class Challenger:
         if data.unit != "record" or self.known_a:
             raise DataError(f"task '{data.name}' draws its background from the target pool, which needs record "
                             f"targets whose membership the challenger draws (unit {data.unit!r}, "
-                            f"{'known' if self.known_a else 'drawn'} a): use background_pool 'adapt'")
+                            f"{'known' if self.known_a else 'drawn'} a): the task must declare background_pool "
+                            f"'adapt' in its TaskData")
         free = [data.targets[i].text for u in sorted(by_unit) for i in by_unit[u]
                 if data.targets[by_unit[u][0]].id not in drawn]
         if len(free) < n:
             raise DataError(f"task '{data.name}' has {len(free)} target-pool records left after the world's draw but "
-                            f"adapt_background is {n}: lower adapt_background, n_per_group or n_null, or use more "
-                            f"data")
+                            f"adapt_background is {n} (this task draws D's background from its target pool, after "
+                            f"4 × n_per_group + n_null + n_audit + n_audit_pretrain units): lower adapt_background, "
+                            f"n_per_group or n_null, or use more data")
         fp = int(content_hash(data.fingerprint, length=8), 16)
         order = np.random.default_rng([self.seed, 31, fp, *salt]).permutation(len(free))
         return tuple(free[i] for i in order[:n])

@@ -522,7 +522,8 @@ def _train_cost(configs: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
     rows = configs.merge(adapted[on + ["metric", "value"]], on=on, how="inner")
     if rows.empty:
         return pd.DataFrame(columns=cols)
-    wide = rows.pivot_table(index=KEYS + ["seed"], columns="metric", values="value", aggfunc="sum")
+    # a seed's rows summed (min_count: a stored NULL stays missing, never a measured 0 s)
+    wide = rows.groupby(KEYS + ["seed", "metric"])["value"].sum(min_count=1).unstack("metric")
     measured = wide["adapt_seconds"] if "adapt_seconds" in wide else pd.Series(np.nan, index=wide.index)
     reported = wide["train_seconds"] if "train_seconds" in wide else pd.Series(np.nan, index=wide.index)
     per_seed = pd.DataFrame({"value": measured.fillna(reported), "reported": measured.isna() & reported.notna()})

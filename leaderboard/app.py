@@ -148,7 +148,8 @@ def view_leaderboard(table: pd.DataFrame, f: dict) -> None:
                "targets, so it overstates what any single attack achieves, the more so the more attacks there "
                "are; see the Per-attack breakdown view for each attack's own value.")
     st.caption(f"Δ loss = held-out loss minus that of {BASELINES[f['baseline']]}. "
-               "Cost = adaptation training seconds and attack seconds per seed. "
+               "Cost = adaptation seconds (as privbench measured adapt; the defense's own report where a run "
+               "predates that) and attack seconds, per seed. "
                "'command' and 'code version' name what produced each row.")
     if table.empty:
         st.info("no results match the filters")
@@ -392,7 +393,8 @@ def view_defense(group: Group, board: Board, engine) -> None:
         st.info("no utility rows stored for this configuration")
     else:
         st.caption("Per seed, as stored: held-out loss and perplexity, utility retained and the gains behind it "
-                   "(dataset 'retained'), training seconds.")
+                   "(dataset 'retained'), adapt_seconds (as privbench measured adapt) and train_seconds (the "
+                   "defense's own report).")
         st.dataframe(util, hide_index=True, width="stretch", key="dp_utility")
 
     st.subheader("Guarantees")

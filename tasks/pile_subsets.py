@@ -440,7 +440,7 @@ class PileSubset(Task):
             sources=tuple(blob["sources"]),
             stats=blob["stats"],
             relation=blob["relation"],
-            # the background is drawn from the target pool (bench.task.TaskData.background_pool), except where the
-            # targets are pretraining records themselves (overlap)
-            background_pool="adapt" if blob["relation"] == "overlap" else "targets",
+            # D's background is drawn from the target pool (bench.task.TaskData.background_pool); under overlap both
+            # are records of the pretraining partition alike
+            background_pool="targets",
         )

@@ -448,8 +448,10 @@ def pool_params(heldout: float, population: float, adapt: float, targets: float)
               low=0.0, low_inclusive=False),
         Param("population_weight", float, population, "relative size of the attacker's population pool",
               low=0.0, low_inclusive=False),
-        Param("adapt_weight", float, adapt, "relative size of the adaptation pool D", low=0.0, low_inclusive=False),
-        Param("targets_weight", float, targets, "relative size of the target pool", low=0.0, low_inclusive=False),
+        Param("adapt_weight", float, adapt, "relative size of the adaptation pool (D's background on user tasks; on "
+              "record tasks only the data owner's validation records)", low=0.0, low_inclusive=False),
+        Param("targets_weight", float, targets, "relative size of the target pool (on record tasks D's background "
+              "too)", low=0.0, low_inclusive=False),
     )
 
 

@@ -92,7 +92,16 @@ def test_summary_ranks_one_runs_configurations(db, capsys):
 def test_summary_of_a_failed_run_is_refused_with_what_to_do(db, capsys):
     rc, out, err = call(capsys, "show", "broken", "--summary", "--db", str(db))
     assert rc == 2 and out == ""
-    assert err.startswith("error: run 5 is failed") and "privbench show 5" in err, err
+    assert err.startswith("error: run 5 is failed (rerunning its command completes it)") and "privbench show 5" in err, err
+
+
+def test_summary_without_a_run_takes_the_latest_complete_one(db, capsys):
+    """The fixture's latest runs (5, 6) failed: the summary skips them for the latest complete run (4, adhoc)."""
+    rc, out, err = call(capsys, "show", "--summary", "--db", str(db), "--format", "json")
+    assert rc == 0, err
+    assert {r["group"] for r in json.loads(out)} == {"adhoc"}
+    rc, _, err = call(capsys, "show", "--summary", "--db", str(db), "--format", "yaml")
+    assert rc == 2 and "unknown format 'yaml'" in err, err
 
 
 def test_summary_refuses_other_views(db, capsys):

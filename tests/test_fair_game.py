@@ -363,7 +363,8 @@ def test_a_target_pool_too_small_for_the_background_is_refused():
     from bench.errors import DataError
     data = dataclasses.replace(make_task_data(n_targets=200, seed=2), background_pool="targets")
     with pytest.raises(DataError, match=r"has 40 target-pool records left after the world's draw but "
-                                        r"adapt_background is 41: lower adapt_background, n_per_group or n_null"):
+                                        r"adapt_background is 41 \(this task draws D's background from its target "
+                                        r"pool.*\): lower adapt_background, n_per_group or n_null"):
         Challenger(data, {"n_per_group": 30, "n_null": 40, "adapt_background": 41}, seed=0)
     with pytest.raises(DataError, match="background_pool 'elsewhere'"):
         Challenger(dataclasses.replace(data, background_pool="elsewhere"), {"n_per_group": 5, "n_null": 8,

@@ -570,7 +570,8 @@ def test_train_cost_prefers_what_privbench_measured():
     seed; a configuration with one seed that has only the report is marked self-reported, and says so on screen."""
     from leaderboard.aggregate import _train_cost, display_ranking, RANKING_COLUMNS
     keys = dict(task="t", model="m", params="{}")
-    configs = pd.DataFrame([dict(run=1, defense=d, seed=s, **keys) for d in ("honest", "liar", "old") for s in (0, 1)])
+    configs = pd.DataFrame([dict(run=1, defense=d, seed=s, **keys) for d in ("honest", "liar", "old", "nulls")
+                            for s in (0, 1)])
 
     def row(d, s, metric, v):
         return dict(run=1, defense=d, seed=s, role="adapted", dataset="heldout", metric=metric, value=v, **keys)
@@ -580,13 +581,17 @@ def test_train_cost_prefers_what_privbench_measured():
                          row("liar", 0, "adapt_seconds", 30.0), row("liar", 1, "adapt_seconds", 34.0),
                          row("liar", 0, "train_seconds", 0.001), row("liar", 1, "train_seconds", 0.001),
                          # a run from before privbench measured: one seed has only the report
-                         row("old", 0, "adapt_seconds", 5.0), row("old", 1, "train_seconds", 7.0)])
+                         row("old", 0, "adapt_seconds", 5.0), row("old", 1, "train_seconds", 7.0),
+                         # values stored as NULL are missing, not 0 s: a NULL measurement falls back to the report
+                         row("nulls", 0, "adapt_seconds", np.nan), row("nulls", 0, "train_seconds", 4.0),
+                         row("nulls", 1, "train_seconds", np.nan)])
     cost = _train_cost(configs, util).set_index("defense")
     assert cost.loc["honest", "train_seconds"] == pytest.approx(11.0)
     assert cost.loc["liar", "train_seconds"] == pytest.approx(32.0)
     assert cost.loc["old", "train_seconds"] == pytest.approx(6.0)
+    assert cost.loc["nulls", "train_seconds"] == pytest.approx(4.0)  # seed 1 has no time at all: left out
     assert cost["train_seconds_source"].to_dict() == {"honest": "measured", "liar": "measured",
-                                                      "old": "self-reported"}
+                                                      "old": "self-reported", "nulls": "self-reported"}
     ranking = pd.DataFrame([{c: np.nan for c in RANKING_COLUMNS} | {
         "anchor": False, "rank": 1.0, "defense": d, "name": d, "version": "1", "params_summary": "", "n_seeds": 2,
         "guarantee": "—", "tpr_attack": "loss", "auc_attack": "loss", "attack_seconds": 1.0,
