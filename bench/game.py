@@ -120,8 +120,8 @@ WORLD_PARAMS = (
     Param("n_null", int, 400, "units of the null game's own pool (never inserted, shown by no other game), split in "
           "half; below 400 (200 vs 200) the null rows are flagged underpowered", low=8),
     Param("adapt_background", int, 200, "non-target records in the adaptation data D", low=0),
-    Param("n_validation", int, 100, "records of the adaptation pool that D's background does not take, which the data "
-          "owner holds back for validation (early stopping); never targets, never trained on", low=0),
+    Param("n_validation", int, 100, "records of the adaptation pool after D's background that the data owner holds "
+          "back for validation (early stopping); never targets, never trained on", low=0),
     Param("pretrain_target_repeats", int, 1, "copies of each a=1 target inserted into pretraining", low=1),
     Param("n_audit", int, 0, "audit canaries (pool C, shown only by the audit game), each inserted into D "
           "independently with probability 1/2; 0 = none", low=0),
@@ -342,9 +342,10 @@ class Challenger:
         #: record -> (a, b) for the records of the four groups; null-pool and audit-pool records are not in it
         self._group: dict[str, tuple[int, int]] = {r: g for r, g in drawn.items()
                                                    if g not in (NULL_POOL, AUDIT_POOL, AUDIT_PRETRAIN_POOL)}
+        if len(data.adapt) < c["adapt_background"]:
+            raise DataError(f"task '{data.name}' has {len(data.adapt)} adaptation records but adapt_background is "
+                            f"{c['adapt_background']}: lower it or use more data")
         by_unit = group_targets_by_unit(data)
-        #: the non-target records of D (``TaskData.background_pool``): drawn before any text is looked at
-        self._background = self._draw_background(data, by_unit, drawn, salt)
         self._text: dict[str, str] = {data.targets[i].id: data.targets[i].text
                                       for idx in by_unit.values() for i in idx if data.targets[i].id in drawn}
         self._unit_of: dict[str, str] = {}
@@ -380,41 +381,9 @@ class Challenger:
                                             if u not in self._null_units for r in rids
                                             if "neighbour" in data.target_meta.get(r, {})}
         key = {"task": data.fingerprint, "world": keyed_world(self.config), "seed": self.seed, "game": GAME_VERSION}
-        if data.background_pool != "adapt":
-            key["background"] = data.background_pool
         if secret is not None:
             key["secret"] = content_hash("world-secret-id", secret)
         self.world_key = content_hash(key)
-
-    def _draw_background(self, data: TaskData, by_unit: dict, drawn: dict, salt: list[int]) -> tuple[str, ...]:
-        """D's ``adapt_background`` non-target records: the head of the adaptation pool, or (``background_pool``
-        "targets") target-pool records that no group, null pool or audit pool drew, in an order of their own salted
-        stream. From the target pool, a background record is one more record of the targets' kind: rebuilding the
-        task shows a defense which records could be targets, but not which of D̃'s are."""
-        n = self.config["adapt_background"]
-        if data.background_pool == "adapt":
-            if len(data.adapt) < n:
-                raise DataError(f"task '{data.name}' has {len(data.adapt)} adaptation records but adapt_background is "
-                                f"{n}: lower it or use more data")
-            return tuple(data.adapt[:n])
-        if data.background_pool != "targets":
-            raise DataError(f"task '{data.name}' names background_pool {data.background_pool!r}: use 'adapt' or "
-                            f"'targets'")
-        if data.unit != "record" or self.known_a:
-            raise DataError(f"task '{data.name}' draws its background from the target pool, which needs record "
-                            f"targets whose membership the challenger draws (unit {data.unit!r}, "
-                            f"{'known' if self.known_a else 'drawn'} a): the task must declare background_pool "
-                            f"'adapt' in its TaskData")
-        free = [data.targets[i].text for u in sorted(by_unit) for i in by_unit[u]
-                if data.targets[by_unit[u][0]].id not in drawn]
-        if len(free) < n:
-            raise DataError(f"task '{data.name}' has {len(free)} target-pool records left after the world's draw but "
-                            f"adapt_background is {n} (this task draws D's background from its target pool, after "
-                            f"4 × n_per_group + n_null + n_audit + n_audit_pretrain units): lower adapt_background, "
-                            f"n_per_group or n_null, or use more data")
-        fp = int(content_hash(data.fingerprint, length=8), 16)
-        order = np.random.default_rng([self.seed, 31, fp, *salt]).permutation(len(free))
-        return tuple(free[i] for i in order[:n])
 
     # -- what training sees ------------------------------------------------------------------------
     def members(self, bit: str) -> list[str]:
@@ -442,9 +411,8 @@ class Challenger:
         return set(DEFAULT_GAMES) | audit
 
     def adaptation_data(self) -> AdaptationData:
-        """D̃ = D ∪ {targets with b=1}, shuffled so the order does not mark which records are targets. Where the task
-        draws the background from the target pool (``TaskData.background_pool``), no record's pool marks it either;
-        elsewhere the targets differ from the background by construction (docs/submitting.md, "The task's pools").
+        """D̃ = D ∪ {targets with b=1}, shuffled so the order does not mark which records are targets (their public
+        pool still does: the background is the adaptation pool's head; docs/submitting.md, "Open").
 
         Unit tasks add what the data owner knows of its own texts (Kandpal et al. 2024: owners, for per-user limits;
         Ganesh et al. 2025: the secrets each text carries and their (p_j, r_j)); see :mod:`bench.units`.
@@ -458,13 +426,12 @@ class Challenger:
             b0 = [r for r in sorted(self._group) if self._group[r][1] == 0]
             b0 += [r for u in self._audit_units if u not in self._audit_in for r in self._records[u]]
         inserted = [self._text[r] for r in b1] + [self._neighbours[r] for r in b0]
-        texts = list(self._background) + inserted * reps
+        texts = list(self._data.adapt[:n_bg]) + inserted * reps
         rng = np.random.default_rng([self.seed, 17, *self._salt])
         order = rng.permutation(len(texts))
         shuffled = tuple(texts[i] for i in order)
-        # records of the adaptation pool the background did not take: held back by the data owner for validation
-        start = n_bg if self._data.background_pool == "adapt" else 0
-        validation = tuple(self._data.adapt[start: start + self.config["n_validation"]])
+        # records of the adaptation pool after the background: held back by the data owner for validation
+        validation = tuple(self._data.adapt[n_bg: n_bg + self.config["n_validation"]])
         if self.unit == "user":
             owners = owners_of(self._data, self.world_key, n_bg, [self._unit_of[r] for r in b1 + b0] * reps)
             return AdaptationData(shuffled, users=tuple(owners[i] for i in order), validation=validation)

@@ -48,12 +48,6 @@ class TaskData:
     #: the secrets in its own texts (bench.units.defender_secrets), the attacker only the target secrets'
     #: public spec (public_format["secrets"])
     secret_spec: dict[str, dict[str, Any]] | None = None
-    #: where the challenger takes D's background from. "adapt": the head of the adaptation pool, for tasks whose
-    #: targets differ from any background by construction (canaries, PII records, users' documents, secrets).
-    #: "targets": records of the target pool the world did not draw, in a salted order, for tasks whose targets are
-    #: the same kind of text as the background (mini_pile, pile_subset, local_text): every record of D̃ then lies in
-    #: the public target pool, so a defense that rebuilds the task cannot drop the targets by their pool
-    background_pool: str = "adapt"
 
 
 class Task(Plugin):

@@ -145,11 +145,10 @@ def draw_unit_groups(data: TaskData, sizes: dict, rng: np.random.Generator, *,
         return out
     need = sum(sizes[g] for g in order_of_groups)
     if len(keys) < need:
-        also = (" (then adapt_background more: this task draws D's background from its target pool too)"
-                if data.background_pool == "targets" else "")
-        raise DataError(f"task '{data.name}' has {len(keys)} target {noun} but the world needs {need}{also} "
-                        f"(4 × n_per_group + n_null + n_audit + n_audit_pretrain, counted in {noun}): lower them in "
-                        f"the suite's `world` or use more data")
+        raise DataError(f"task '{data.name}' has {len(keys)} target {noun} but the world needs {need} "
+                        f"(4 × n_per_group + n_null + n_audit + n_audit_pretrain, counted in {noun}): lower them in the suite's `world` "
+                        f"or use "
+                        f"more data")
     chosen = rng.permutation(len(keys))[:need]
     start = 0
     for g in order_of_groups:

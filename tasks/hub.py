@@ -572,8 +572,6 @@ def _collect_records(rows, n, where: str, required: tuple[str, ...], schema_hint
 
 @register_task("samsum")
 class SamSum(_HubTask):
-    #: 0.2.0: D's background is drawn from the target pool (bench.task.TaskData.background_pool)
-    version = "0.2.0"
     description = ("SAMSum dialogues with their summaries as out-of-distribution adaptation data (Marek et al. "
                    "2026), hash-partitioned into held-out, population, adaptation and target pools.")
     params = (
@@ -599,8 +597,6 @@ class SamSum(_HubTask):
 
 @register_task("german_wiki")
 class GermanWiki(_HubTask):
-    #: 0.2.0: D's background is drawn from the target pool (bench.task.TaskData.background_pool)
-    version = "0.2.0"
     description = "German Wikipedia articles (cut to max_chars) as out-of-distribution data for an English model."
     params = (
         *_source_params("wikimedia/wikipedia", "20231101.de", "train", 5000, True),

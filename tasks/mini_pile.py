@@ -35,8 +35,6 @@ class OnMiniPile:
 
 @register_task("mini_pile")
 class MiniPile(OnMiniPile, Task):
-    #: 0.2.0: D's background is drawn from the target pool (bench.task.TaskData.background_pool)
-    version = "0.2.0"
     description = ("Offline mini-Pile: Python standard library code and Shakespeare's plays, partitioned by "
                    "document into pretraining, held-out, attacker population, adaptation and target pools; with "
                    "adapt_domain, every pool but pretraining comes from a domain pretraining did not cover.")
@@ -87,7 +85,6 @@ class MiniPile(OnMiniPile, Task):
             fingerprint=blob["fingerprint"],
             sources=tuple(blob["sources"]),
             stats=blob["stats"],
-            background_pool="targets",  # D's background drawn from the target pool (bench.task.TaskData)
         )
 
     def _build_domain(self, cache: ArtifactCache | None) -> TaskData:

@@ -371,8 +371,6 @@ def build_subset(
 
 @register_task("pile_subset")
 class PileSubset(Task):
-    #: 0.2.0: D's background is drawn from the target pool (bench.task.TaskData.background_pool)
-    version = "0.2.0"
     description = ("Offline mini-Pile subset (code, wiki, books, news, dialogue_en, dialogue_de): one shared "
                    "pretraining partition of the mixture, and held-out / population / adaptation / target pools "
                    "from the subset, iid (held out from a pretraining source), ood (a source outside the "
@@ -440,7 +438,4 @@ class PileSubset(Task):
             sources=tuple(blob["sources"]),
             stats=blob["stats"],
             relation=blob["relation"],
-            # D's background is drawn from the target pool (bench.task.TaskData.background_pool); under overlap both
-            # are records of the pretraining partition alike
-            background_pool="targets",
         )

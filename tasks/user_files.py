@@ -410,10 +410,6 @@ def assemble_task_data(name: str, *, pretrain: Sequence[str], heldout: Sequence[
                        adapt_owners: Sequence[str] | None = None) -> TaskData:
     """TaskData with a fingerprint over the config, every partition's texts and the target ids and metadata.
 
-    Record targets the challenger draws a for (not ``overlap``: those are the released model's own members and
-    non-members) are the same kind of text as the adaptation records, so D's background comes from the target pool
-    (``TaskData.background_pool``); user tasks keep the adaptation pool's head, whose owners they name.
-
     ``adapt_owners`` (the user of each adaptation record) is required for unit ``"user"``: without it every
     background record would be its own owner while target users own several records, so a defense could tell
     the targets apart by their owners' record counts."""
@@ -437,8 +433,7 @@ def assemble_task_data(name: str, *, pretrain: Sequence[str], heldout: Sequence[
     return TaskData(name=name, pretrain=tuple(pretrain), heldout=tuple(heldout), population=tuple(population),
                     adapt=tuple(adapt), targets=tuple(targets), fingerprint=fp, sources=tuple(dict(s) for s in sources),
                     stats=st, relation=relation, unit=unit, target_meta=meta, public_format=None,
-                    adapt_owners=None if adapt_owners is None else tuple(str(u) for u in adapt_owners),
-                    background_pool="targets" if unit == "record" and relation != "overlap" else "adapt")
+                    adapt_owners=None if adapt_owners is None else tuple(str(u) for u in adapt_owners))
 
 
 def pool_params(heldout: float, population: float, adapt: float, targets: float) -> tuple[Param, ...]:
@@ -448,10 +443,8 @@ def pool_params(heldout: float, population: float, adapt: float, targets: float)
               low=0.0, low_inclusive=False),
         Param("population_weight", float, population, "relative size of the attacker's population pool",
               low=0.0, low_inclusive=False),
-        Param("adapt_weight", float, adapt, "relative size of the adaptation pool (D's background on user tasks; on "
-              "record tasks only the data owner's validation records)", low=0.0, low_inclusive=False),
-        Param("targets_weight", float, targets, "relative size of the target pool (on record tasks D's background "
-              "too)", low=0.0, low_inclusive=False),
+        Param("adapt_weight", float, adapt, "relative size of the adaptation pool D", low=0.0, low_inclusive=False),
+        Param("targets_weight", float, targets, "relative size of the target pool", low=0.0, low_inclusive=False),
     )
 
 
@@ -506,8 +499,6 @@ def load_pretrain(path: str | None, *, text_column: str, format: str | None = No
 
 @register_task("local_text")
 class LocalText(Task):
-    #: 0.2.0: D's background is drawn from the target pool for record targets (bench.task.TaskData.background_pool)
-    version = "0.2.0"
     needs = "a local data file: --params path=<file.jsonl|.json|.parquet|.csv>"
 
     description = ("A user's own .jsonl/.json/.parquet/.csv file, hash-partitioned into held-out, population, "
