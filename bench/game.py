@@ -50,6 +50,7 @@ challenger.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,6 +63,7 @@ from bench.lm import (
     RestrictedModel,
 )
 from bench.params import Param, validate_params
+from bench.pools import POOLED_DRAW_VERSION, pooled_draw_applies, split_pool
 from bench.task import TaskData
 from bench.units import (
     AUDIT_POOL, AUDIT_PRETRAIN_POOL, GROUPS, NULL_POOL, draw_unit_groups, group_targets_by_unit, owners_of, secrets_of, unit_samples,
@@ -337,6 +339,22 @@ class Challenger:
         rng = np.random.default_rng([self.seed, int(content_hash(data.fingerprint, length=8), 16), *salt])
         #: a comes from the data (a released model's documented split), not from the challenger
         self.known_a = bool(data.targets) and all("a" in data.target_meta.get(r.id, {}) for r in data.targets)
+        #: targets and background from one pool split by document under the world's salt (bench.pools)
+        self.pooled = pooled_draw_applies(data, known_a=self.known_a)
+        self._validation: tuple[str, ...] | None = None
+        #: documents per side (V, T, B) of a pooled world, for the run's record of the world; None elsewhere
+        self.pool_docs: dict[str, int] | None = None
+        if self.pooled:
+            n_units = sum(sizes.values())
+            n_inserted = 2 * c["n_per_group"] + c["n_audit"] / 2
+            pool_rng = np.random.default_rng([self.seed, 31, int(content_hash(data.fingerprint, length=8), 16), *salt])
+            sides = split_pool(data, n_units=n_units, n_inserted=n_inserted, n_background=c["adapt_background"],
+                               n_validation=c["n_validation"], rng=pool_rng)
+            data = dataclasses.replace(data, targets=sides.targets, adapt=sides.background, target_docs=None,
+                                       adapt_docs=None)
+            self._data = data
+            self._validation = sides.validation
+            self.pool_docs = dict(sides.n_docs)
         # whole units go to one group (or the null pool)
         drawn = draw_unit_groups(data, sizes, rng, known_a=self.known_a)
         #: record -> (a, b) for the records of the four groups; null-pool and audit-pool records are not in it
@@ -381,6 +399,8 @@ class Challenger:
                                             if u not in self._null_units for r in rids
                                             if "neighbour" in data.target_meta.get(r, {})}
         key = {"task": data.fingerprint, "world": keyed_world(self.config), "seed": self.seed, "game": GAME_VERSION}
+        if self.pooled:
+            key["draw"] = f"pooled-{POOLED_DRAW_VERSION}"
         if secret is not None:
             key["secret"] = content_hash("world-secret-id", secret)
         self.world_key = content_hash(key)
@@ -431,7 +451,8 @@ class Challenger:
         order = rng.permutation(len(texts))
         shuffled = tuple(texts[i] for i in order)
         # records of the adaptation pool after the background: held back by the data owner for validation
-        validation = tuple(self._data.adapt[n_bg: n_bg + self.config["n_validation"]])
+        validation = (self._validation if self._validation is not None
+                      else tuple(self._data.adapt[n_bg: n_bg + self.config["n_validation"]]))
         if self.unit == "user":
             owners = owners_of(self._data, self.world_key, n_bg, [self._unit_of[r] for r in b1 + b0] * reps)
             return AdaptationData(shuffled, users=tuple(owners[i] for i in order), validation=validation)

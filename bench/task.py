@@ -48,6 +48,11 @@ class TaskData:
     #: the secrets in its own texts (bench.units.defender_secrets), the attacker only the target secrets'
     #: public spec (public_format["secrets"])
     secret_spec: dict[str, dict[str, Any]] | None = None
+    #: document of each ``adapt`` and ``targets`` record, aligned with them, for tasks of natural text chunked from
+    #: documents; with both, a world draws targets and background from one pool split by document under its secret
+    #: (bench.pools). Challenger-only
+    adapt_docs: tuple[str, ...] | None = None
+    target_docs: tuple[str, ...] | None = None
 
 
 class Task(Plugin):

@@ -39,6 +39,7 @@ __all__ = [
     "DEFAULT_WEIGHTS",
     "NGRAM",
     "CORPUS_VERSION",
+    "CORPUS_LAYOUT",
     "build_corpus",
     "ngram_hashes",
 ]
@@ -47,6 +48,9 @@ PARTITIONS = ("pretrain", "heldout", "population", "adapt", "targets")
 DEFAULT_WEIGHTS = {"pretrain": 0.6, "heldout": 0.08, "population": 0.16, "adapt": 0.08, "targets": 0.08}
 NGRAM = 13
 CORPUS_VERSION = 1  # bump when the build algorithm changes
+#: how a cached corpus stores its records: ``[id, text, source, document]`` rows (the document lets a world split
+#: its adaptation pool by document, bench.pools); part of the cache key, not of the corpus fingerprint
+CORPUS_LAYOUT = "rows-with-document"
 
 _SUBSET_DOMAIN = "subset"
 _NON_MEMBER = ("heldout", "population", "adapt", "targets")

@@ -33,7 +33,7 @@ Deviations from Marek et al., stated:
   finite samples is biased upwards (two samples of one distribution are not at distance 0), and the
   bias grows as n shrinks: compare rows with the same ``n``.
 * Source labels of pretraining records are read from the task's cached corpus artifact (the
-  ``corpus.json`` that ``mini_pile`` and ``pile_subset`` write, ``[id, text, source]`` rows); a task
+  ``corpus.json`` that ``mini_pile`` and ``pile_subset`` write, ``[id, text, source, document]`` rows); a task
   whose artifact has no such labels is compared with its whole ``pretrain`` partition as a single
   group (then ``w_mean == w_min == w_all`` up to sampling).
 

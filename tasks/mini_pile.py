@@ -16,7 +16,7 @@ from bench.hashing import CACHE_SCHEMA, content_hash, module_hash
 from bench.params import Param
 from bench.registry import register_task
 from bench.task import TargetRecord, Task, TaskData
-from tasks.corpus import CORPUS_VERSION, build_corpus
+from tasks.corpus import CORPUS_LAYOUT, CORPUS_VERSION, build_corpus
 from tasks.sources import get_source
 
 #: offline sources an ``adapt_domain`` draws its pools from (tasks/pile_subsets.py)
@@ -60,13 +60,13 @@ class MiniPile(OnMiniPile, Task):
         if self.adapt_domain is not None:
             return self._build_domain(cache)
         provenance = self.provenance()
-        key = content_hash("mini_pile", CACHE_SCHEMA, CORPUS_VERSION, self.config, provenance,
+        key = content_hash("mini_pile", CACHE_SCHEMA, CORPUS_VERSION, CORPUS_LAYOUT, self.config, provenance,
                            module_hash("tasks.corpus", "tasks.sources", "tasks.partition"))
 
         def make(tmp: Path) -> None:
             corpus = build_corpus(tuple(self.sources), record_chars=self.record_chars, min_chars=self.min_chars,
                                   max_chars_per_source=self.max_chars_per_source, salt=self.salt)
-            parts = {name: [[r.id, r.text, r.source] for r in recs] for name, recs in corpus.partitions.items()}
+            parts = {name: [[r.id, r.text, r.source, f"{r.source}/{r.doc_id}"] for r in recs] for name, recs in corpus.partitions.items()}
             (tmp / "corpus.json").write_text(json.dumps({"partitions": parts, "fingerprint": corpus.fingerprint(),
                                                          "stats": corpus.stats(),
                                                          "sources": [s.to_dict() for s in corpus.sources]}))
@@ -77,11 +77,13 @@ class MiniPile(OnMiniPile, Task):
         p = blob["partitions"]
         return TaskData(
             name=self.name,
-            pretrain=tuple(t for _, t, _ in p["pretrain"]),
-            heldout=tuple(t for _, t, _ in p["heldout"]),
-            population=tuple(t for _, t, _ in p["population"]),
-            adapt=tuple(t for _, t, _ in p["adapt"]),
-            targets=tuple(TargetRecord(i, t) for i, t, _ in p["targets"]),
+            pretrain=tuple(r[1] for r in p["pretrain"]),
+            heldout=tuple(r[1] for r in p["heldout"]),
+            population=tuple(r[1] for r in p["population"]),
+            adapt=tuple(r[1] for r in p["adapt"]),
+            adapt_docs=tuple(r[3] for r in p["adapt"]),
+            targets=tuple(TargetRecord(r[0], r[1]) for r in p["targets"]),
+            target_docs=tuple(r[3] for r in p["targets"]),
             fingerprint=blob["fingerprint"],
             sources=tuple(blob["sources"]),
             stats=blob["stats"],

@@ -53,7 +53,7 @@ from bench.hashing import CACHE_SCHEMA, content_hash
 from bench.params import Param
 from bench.registry import register_task
 from bench.task import TargetRecord, Task, TaskData
-from tasks.corpus import CORPUS_VERSION, DEFAULT_WEIGHTS, NGRAM, PARTITIONS, Record, build_corpus, ngram_hashes
+from tasks.corpus import CORPUS_LAYOUT, CORPUS_VERSION, DEFAULT_WEIGHTS, NGRAM, PARTITIONS, Record, build_corpus, ngram_hashes
 from tasks.partition import assign_partition, chunk_text, normalized_key, stable_hash
 from tasks.sources import Document, get_source
 
@@ -412,13 +412,14 @@ class PileSubset(Task):
         names = list(dict.fromkeys(self.pretrain_sources)) + ([source] if source not in self.pretrain_sources else [])
         provenance = [get_source(name).info.to_dict() for name in names]
         config = {**self.config, "relation": self.resolved_relation}
-        key = content_hash("pile_subset", CACHE_SCHEMA, PILE_SUBSETS_VERSION, CORPUS_VERSION, config, provenance)
+        key = content_hash("pile_subset", CACHE_SCHEMA, PILE_SUBSETS_VERSION, CORPUS_VERSION, CORPUS_LAYOUT, config,
+                           provenance)
 
         def make(tmp: Path) -> None:
             built = build_subset(self.subset, relation=self.resolved_relation, pretrain_sources=self.pretrain_sources,
                                  max_chars_per_source=self.max_chars_per_source, record_chars=self.record_chars,
                                  min_chars=self.min_chars, salt=self.salt)
-            parts = {name: [[r.id, r.text, r.source] for r in recs] for name, recs in built.partitions.items()}
+            parts = {name: [[r.id, r.text, r.source, f"{r.source}/{r.doc_id}"] for r in recs] for name, recs in built.partitions.items()}
             (tmp / "corpus.json").write_text(json.dumps({
                 "partitions": parts, "fingerprint": built.fingerprint(), "stats": built.stats(),
                 "sources": built.sources, "relation": built.relation}))
@@ -429,11 +430,13 @@ class PileSubset(Task):
         p = blob["partitions"]
         return TaskData(
             name=f"{self.name}:{self.subset}",
-            pretrain=tuple(t for _, t, _ in p["pretrain"]),
-            heldout=tuple(t for _, t, _ in p["heldout"]),
-            population=tuple(t for _, t, _ in p["population"]),
-            adapt=tuple(t for _, t, _ in p["adapt"]),
-            targets=tuple(TargetRecord(i, t) for i, t, _ in p["targets"]),
+            pretrain=tuple(r[1] for r in p["pretrain"]),
+            heldout=tuple(r[1] for r in p["heldout"]),
+            population=tuple(r[1] for r in p["population"]),
+            adapt=tuple(r[1] for r in p["adapt"]),
+            adapt_docs=tuple(r[3] for r in p["adapt"]),
+            targets=tuple(TargetRecord(r[0], r[1]) for r in p["targets"]),
+            target_docs=tuple(r[3] for r in p["targets"]),
             fingerprint=blob["fingerprint"],
             sources=tuple(blob["sources"]),
             stats=blob["stats"],

@@ -48,7 +48,7 @@ INTEGRATION = {"test_runner", "test_dp", "test_naf", "test_guard", "test_hush", 
                "test_device", "test_users_secrets", "test_units", "test_canaries", "test_names2ids",
                "test_extraction", "test_leaderboard", "test_compare", "test_report", "test_user_files",
                "test_hub_loaders", "test_pile_subsets", "test_corpus", "test_exposure", "test_hush_world",
-               "test_generation_batched", "test_gguf_cache", "test_audit_canaries", "test_scoring_host"}
+               "test_generation_batched", "test_gguf_cache", "test_audit_canaries", "test_scoring_host", "test_pools"}
 
 
 def pytest_collection_modifyitems(config, items):

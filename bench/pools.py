@@ -1,0 +1,113 @@
+"""Secret sides of the adaptation pool: which documents give targets, which give D's background.
+
+Why: a task builds its adaptation and target pools from public text with public code, so a defense that rebuilds
+the task could drop every record of D̃ that lies in the target pool and train on the background alone (its
+membership games would then read like the undefended model's absence). Here the world pools both partitions and
+splits them again by *document*, with its own salted random stream, into three sides:
+
+* **V**, the validation side: the records the data owner holds back (given to defenses that validate);
+* **T**, the target side: every unit the world draws (four groups, null pool, audit pools) comes from it;
+* **B**, the background side: D's background is a uniform draw of ``adapt_background`` of its records.
+
+Whole documents go to one side, so no background record is a sibling chunk of a target (the confound that sank
+drawing the background from the target pool's leftovers), and a target's siblings reach D̃ only as other targets,
+as before. The sides are sized so that D̃ samples both at one rate (``n_b1 / |T| ≈ adapt_background / |B|``): a
+document's share of its records in D̃ then says nothing about which side it is on. With the world's ``secret``
+the split cannot be recomputed; without it, it is as public as the rest of the draw (docs/submitting.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+import numpy as np
+
+from bench.errors import DataError
+from bench.hashing import text_hash
+from bench.task import TargetRecord, TaskData
+
+__all__ = ["POOLED_DRAW_VERSION", "PooledSides", "pooled_draw_applies", "split_pool"]
+
+#: the version of this split, part of every pooled world's key
+POOLED_DRAW_VERSION = "1"
+#: orders of the documents tried before a pool too lumpy for the world is refused (a large document early in the
+#: order can leave too little for B; a redraw is rare, and which side a document lands on stays a fair coin)
+ATTEMPTS = 20
+
+
+@dataclass(frozen=True)
+class PooledSides:
+    """The three sides of one world's adaptation pool (records of the adaptation and target partitions)."""
+
+    targets: tuple[TargetRecord, ...]  # T: the pool the world's units are drawn from
+    background: tuple[str, ...]        # B, in a random order: D's background is its head
+    validation: tuple[str, ...]        # V: held back by the data owner
+    n_docs: dict[str, int]             # documents per side
+
+
+def pooled_draw_applies(data: TaskData, *, known_a: bool) -> bool:
+    """Whether ``data`` draws targets and background from one pool: record tasks of natural text whose builder
+    kept each record's document. Tasks whose targets differ from the background by construction (canaries,
+    Names2IDs, users, secrets: a ``public_format`` or another unit) and tasks whose targets' pretraining
+    membership is fixed by the data (``known_a``, ``overlap``) keep their target pool."""
+    return (data.adapt_docs is not None and data.target_docs is not None and data.unit == "record"
+            and data.public_format is None and data.relation != "overlap" and not known_a)
+
+
+def _fill(order: list[str], by_doc: dict[str, list[int]],
+          quota: dict[str, int]) -> tuple[dict[str, list[int]], dict[str, int]]:
+    """Whole documents, in ``order``, to V until it holds its quota of records, then to T, then to B."""
+    sides: dict[str, list[int]] = {"V": [], "T": [], "B": []}
+    n_docs = {"V": 0, "T": 0, "B": 0}
+    todo = ["V", "T", "B"]
+    for doc in order:
+        while todo and len(sides[todo[0]]) >= quota[todo[0]]:
+            todo.pop(0)
+        if not todo:
+            break
+        sides[todo[0]].extend(by_doc[doc])
+        n_docs[todo[0]] += 1
+    return sides, n_docs
+
+
+def split_pool(data: TaskData, *, n_units: int, n_inserted: float, n_background: int, n_validation: int,
+               rng: np.random.Generator) -> PooledSides:
+    """Split the pooled adaptation and target partitions of ``data`` by document into V, T and B.
+
+    ``n_units`` records must fit in T (every unit the world draws), of which about ``n_inserted`` go into D̃;
+    B then gets ``n_units * n_background / n_inserted`` records (at least ``n_background``), so that D̃ holds the
+    same share of either side. Documents are taken in an order drawn from ``rng``: V until it has ``n_validation``
+    records, then T until it has ``n_units``, then B (a new order while one leaves a side short, up to
+    :data:`ATTEMPTS`); each side keeps its quota of its records at random, and the rest of the pool is unused.
+    """
+    if data.adapt_docs is None or data.target_docs is None:
+        raise DataError(f"task '{data.name}' keeps no document per record: it cannot use the pooled draw")
+    if n_inserted <= 0:
+        raise DataError(f"task '{data.name}': a world that inserts no target cannot size its background side")
+    records: list[tuple[str, str, str]] = []  # (id, text, document)
+    records += [(t.id, t.text, d) for t, d in zip(data.targets, data.target_docs)]
+    records += [(f"adapt-{text_hash(text)[:12]}", text, d) for text, d in zip(data.adapt, data.adapt_docs)]
+    by_doc: dict[str, list[int]] = {}
+    for i, (_, _, doc) in enumerate(records):
+        by_doc.setdefault(doc, []).append(i)
+    docs = sorted(by_doc)
+    quota = {"V": n_validation, "T": n_units, "B": max(n_background, ceil(n_units * n_background / n_inserted))}
+    for _ in range(ATTEMPTS):
+        sides, n_docs = _fill([docs[i] for i in rng.permutation(len(docs))], by_doc, quota)
+        if all(len(sides[s]) >= quota[s] for s in sides):
+            break
+    else:
+        raise DataError(
+            f"task '{data.name}' pools {len(records)} adaptation and target records in {len(docs)} documents; a "
+            f"world that samples targets and background at one rate needs {n_validation} for validation, "
+            f"{n_units} for its units ({n_inserted:g} of them inserted into D) and {quota['B']} for the background "
+            f"side ({n_background} drawn), and {ATTEMPTS} draws of the documents' order did not fit them: lower "
+            f"n_per_group, n_null, adapt_background or n_validation in the suite's `world`, or build the task with "
+            f"more text (max_chars_per_source)")
+    # each side keeps exactly its quota, at random: T's and B's last documents overshoot it, and a larger T or B
+    # would change the rate at which D̃ samples that side
+    kept = {side: [sides[side][i] for i in rng.permutation(len(sides[side]))][:quota[side]] for side in sides}
+    t_side = tuple(TargetRecord(records[i][0], records[i][1]) for i in sorted(kept["T"], key=lambda i: records[i][0]))
+    return PooledSides(targets=t_side, background=tuple(records[i][1] for i in kept["B"]),
+                       validation=tuple(records[i][1] for i in kept["V"]), n_docs=n_docs)

@@ -1,0 +1,179 @@
+"""The pooled draw (bench/pools.py): targets and D's background from one pool split by document under the world's
+salt, so a defense that rebuilds the task's public pools cannot single out the targets in D̃.
+
+Each exploit here is the dishonest defense's rule, applied to what ``adapt`` receives; the first also runs as a
+plugin (tests/plugins/pool_filter_defense.py) on the real embedded task.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from bench.errors import DataError
+from bench.game import Challenger
+from bench.metrics import roc_auc
+from bench.pools import pooled_draw_applies, split_pool
+from fakes import make_task_data
+
+sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+from pool_filter_defense import drop_public_targets  # noqa: E402
+
+WORLD = {"n_per_group": 20, "n_null": 40, "adapt_background": 40, "n_validation": 20}
+
+
+def with_docs(data, *, per_doc: int = 6):
+    """``data`` with each run of ``per_doc`` records of a partition in one document, as a chunked corpus has."""
+    return dataclasses.replace(
+        data, target_docs=tuple(f"t/{i // per_doc}" for i in range(len(data.targets))),
+        adapt_docs=tuple(f"a/{i // per_doc}" for i in range(len(data.adapt))))
+
+
+@pytest.fixture(scope="module")
+def data():
+    return with_docs(make_task_data(n_targets=600, n_adapt=600, seed=3))
+
+
+def doc_of(data) -> dict[str, str]:
+    out = {r.text: d for r, d in zip(data.targets, data.target_docs)}
+    out.update(zip(data.adapt, data.adapt_docs))
+    return out
+
+
+def inserted_and_background(ch):
+    d_tilde = ch.adaptation_data().texts
+    inserted = set(ch.members("b"))
+    return d_tilde, inserted, [t for t in d_tilde if t not in inserted]
+
+
+# ------------------------------------------------------------------------------------------------ the split itself
+
+def test_sides_are_whole_documents_of_the_pool_at_their_quotas(data):
+    sides = split_pool(data, n_units=120, n_inserted=40, n_background=40, n_validation=20,
+                       rng=np.random.default_rng(0))
+    docs = doc_of(data)
+    t_docs = {docs[r.text] for r in sides.targets}
+    b_docs = {docs[t] for t in sides.background}
+    v_docs = {docs[t] for t in sides.validation}
+    assert not (t_docs & b_docs) and not (t_docs & v_docs) and not (b_docs & v_docs)
+    # T holds the units, B the units' share scaled to the background: 120 * 40 / 40
+    assert (len(sides.targets), len(sides.background), len(sides.validation)) == (120, 120, 20)
+    # both partitions feed both sides: the target side is not the task's target partition
+    partition = {r.text for r in data.targets}
+    assert 0 < sum(r.text in partition for r in sides.targets) < 120
+    assert 0 < sum(t in partition for t in sides.background) < 120
+
+
+def test_the_split_follows_its_stream(data):
+    kw = dict(n_units=120, n_inserted=40, n_background=40, n_validation=20)
+    one = split_pool(data, rng=np.random.default_rng(1), **kw)
+    assert split_pool(data, rng=np.random.default_rng(1), **kw) == one
+    assert split_pool(data, rng=np.random.default_rng(2), **kw).targets != one.targets
+
+
+def test_a_pool_too_small_for_the_world_names_the_fix(data):
+    with pytest.raises(DataError, match="lower n_per_group, n_null, adapt_background or n_validation"):
+        split_pool(data, n_units=900, n_inserted=100, n_background=200, n_validation=100,
+                   rng=np.random.default_rng(0))
+    with pytest.raises(DataError, match="lower n_per_group"):
+        Challenger(data, {"n_per_group": 150, "n_null": 400, "adapt_background": 200}, seed=0)
+
+
+def test_only_natural_record_tasks_use_it(data):
+    assert pooled_draw_applies(data, known_a=False)
+    assert not pooled_draw_applies(data, known_a=True)
+    assert not pooled_draw_applies(dataclasses.replace(data, target_docs=None), known_a=False)
+    assert not pooled_draw_applies(dataclasses.replace(data, public_format={"kind": "canary"}), known_a=False)
+    assert not pooled_draw_applies(dataclasses.replace(data, relation="overlap"), known_a=False)
+    assert not pooled_draw_applies(dataclasses.replace(data, unit="user"), known_a=False)
+
+
+# ------------------------------------------------------------------------------------------------ the world
+
+def test_background_shares_no_document_with_any_drawn_unit(data):
+    ch = Challenger(data, WORLD, seed=0)
+    assert ch.pooled and ch.pool_docs["T"] > 0
+    docs = doc_of(data)
+    d_tilde, inserted, background = inserted_and_background(ch)
+    unit_docs = {docs[t] for t in ch.target_texts()}           # every unit: groups, null pool
+    assert len(background) == WORLD["adapt_background"]
+    assert not {docs[t] for t in background} & unit_docs
+    validation = ch.adaptation_data().validation
+    assert len(validation) == WORLD["n_validation"]
+    assert not {docs[t] for t in validation} & ({docs[t] for t in d_tilde} | unit_docs)
+    assert inserted <= set(d_tilde)
+
+
+def test_pooled_worlds_have_their_own_keys_and_the_secret_moves_the_sides(data):
+    old = Challenger(dataclasses.replace(data, target_docs=None, adapt_docs=None), WORLD, seed=0)
+    new = Challenger(data, WORLD, seed=0)
+    assert not old.pooled and old.world_key != new.world_key
+    assert Challenger(data, WORLD, seed=0).adaptation_data() == new.adaptation_data()
+    salted = Challenger(data, WORLD, seed=0, secret="s3cr3t")
+    assert set(salted.adaptation_data().texts) != set(new.adaptation_data().texts)
+
+
+# ------------------------------------------------------------------------------------------------ the exploits
+
+def _exploit_aucs(data, score, seeds=range(12)):
+    """AUC of a dishonest defense's score for "this record of D̃ is an inserted target", per secret world."""
+    out = []
+    for seed in seeds:
+        ch = Challenger(data, WORLD, seed=seed, secret=f"s{seed}")
+        d_tilde, inserted, _ = inserted_and_background(ch)
+        out.append(roc_auc(np.array([t in inserted for t in d_tilde], dtype=int), np.array(score(d_tilde))))
+    return np.array(out)
+
+
+def test_filtering_the_public_target_partition_no_longer_finds_the_targets(data):
+    """The channel as it was: with the background from the adaptation partition, dropping every record of D̃ in
+    the public target partition drops exactly the targets (AUC 1). From one pool split by document, the targets
+    are no likelier to lie in that partition than the background is."""
+    pool = frozenset(r.text for r in data.targets)
+
+    def in_pool(texts):
+        kept = set(drop_public_targets(texts, pool))
+        return [float(t not in kept) for t in texts]
+
+    before = _exploit_aucs(dataclasses.replace(data, target_docs=None, adapt_docs=None), in_pool, seeds=range(3))
+    assert np.all(before == 1.0)
+    after = _exploit_aucs(data, in_pool)
+    assert abs(after.mean() - 0.5) < 0.06, after
+
+
+def test_document_coverage_does_not_mark_the_target_side(data):
+    """A cleverer rule: a document whose records fill more of D̃ than another's belongs to the side D̃ samples
+    more densely. Both sides are sampled at one rate, so the share says nothing."""
+    docs = doc_of(data)
+    size = Counter(docs.values())
+
+    def coverage(texts):
+        seen = Counter(docs[t] for t in texts)
+        return [seen[docs[t]] / size[docs[t]] for t in texts]
+
+    aucs = _exploit_aucs(data, coverage)
+    assert abs(aucs.mean() - 0.5) < 0.06, aucs
+
+
+def test_the_exploit_plugin_on_the_embedded_task(cache):
+    """The plugin's own rule on the real Wikipedia pools of ``mini_pile`` (chunks of articles), in the quick
+    track's world: it keeps the inserted targets at the background's rate."""
+    from tasks.splits import make_task
+    from pool_filter_defense import PoolFilter
+    real = make_task("mini_pile", {"adapt_domain": "wiki"}).build(cache)
+    assert pooled_draw_applies(real, known_a=False)
+    pool = frozenset(r.text for r in real.targets)
+    PoolFilter()  # registers and validates as any plugin does
+    gaps = []
+    for seed in range(4):
+        ch = Challenger(real, {"n_per_group": 100, "n_null": 400, "adapt_background": 200}, seed=seed,
+                        secret=f"s{seed}")
+        d_tilde, inserted, background = inserted_and_background(ch)
+        kept = set(drop_public_targets(d_tilde, pool))
+        gaps.append(np.mean([t in kept for t in inserted]) - np.mean([t in kept for t in background]))
+    assert abs(np.mean(gaps)) < 0.08, gaps
