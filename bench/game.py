@@ -313,7 +313,9 @@ class Challenger:
     The four groups have ``n_per_group`` units each, so ``a`` and ``b`` are independent (Marek et al. 2026, section
     6.1): a game over ``b`` alone (``adapt``) then has as many a = 1 units among its negatives as among its
     positives, and θ′'s memory of pretraining cannot pass for adaptation leakage. The null game uses its own pool of
-    ``n_null`` never-inserted units, shown by no other game.
+    ``n_null`` never-inserted units, shown by no other game. Tasks of natural text that keep each record's document
+    give the units and D's background from one pool split by document (:mod:`bench.pools`): the public partition a
+    record came from then says nothing about whether it is a target.
 
     ``secret`` salts every draw: with it, the world cannot be recomputed from the public suite and seed (a
     plugin that rebuilds the challenger gets another world); without it the draw is public and reproducible
@@ -431,8 +433,10 @@ class Challenger:
         return set(DEFAULT_GAMES) | audit
 
     def adaptation_data(self) -> AdaptationData:
-        """D̃ = D ∪ {targets with b=1}, shuffled so the order does not mark which records are targets (their public
-        pool still does: the background is the adaptation pool's head; docs/submitting.md, "Open").
+        """D̃ = D ∪ {targets with b=1}, shuffled so the order does not mark which records are targets. In a pooled
+        world (bench.pools) the background and the targets come from one pool split by document under the world's
+        salt, so their public partitions do not mark them either; elsewhere the background is the adaptation pool's
+        head (docs/submitting.md, "Channels of the pools").
 
         Unit tasks add what the data owner knows of its own texts (Kandpal et al. 2024: owners, for per-user limits;
         Ganesh et al. 2025: the secrets each text carries and their (p_j, r_j)); see :mod:`bench.units`.
