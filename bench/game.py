@@ -344,21 +344,29 @@ class Challenger:
         #: targets and background from one pool split by document under the world's salt (bench.pools)
         self.pooled = pooled_draw_applies(data, known_a=self.known_a)
         self._validation: tuple[str, ...] | None = None
-        #: documents per side (V, T, B) of a pooled world, for the run's record of the world; None elsewhere
+        #: documents per side (T, B, S, V) of a pooled world, for the run's record of the world; None elsewhere
         self.pool_docs: dict[str, int] | None = None
         if self.pooled:
-            n_units = sum(sizes.values())
+            # C_S (pretraining audit) never reaches D̃: its own side, outside the rate at which D̃ samples T and B
+            n_units = sum(n for g, n in sizes.items() if g != AUDIT_PRETRAIN_POOL)
             n_inserted = 2 * c["n_per_group"] + c["n_audit"] / 2
             pool_rng = np.random.default_rng([self.seed, 31, int(content_hash(data.fingerprint, length=8), 16), *salt])
             sides = split_pool(data, n_units=n_units, n_inserted=n_inserted, n_background=c["adapt_background"],
-                               n_validation=c["n_validation"], rng=pool_rng)
-            data = dataclasses.replace(data, targets=sides.targets, adapt=sides.background, target_docs=None,
-                                       adapt_docs=None)
+                               n_validation=c["n_validation"], n_pretrain_audit=c["n_audit_pretrain"], rng=pool_rng)
+            data = dataclasses.replace(data, targets=sides.targets + sides.pretrain_audit, adapt=sides.background,
+                                       target_docs=None, adapt_docs=None)
             self._data = data
             self._validation = sides.validation
             self.pool_docs = dict(sides.n_docs)
-        # whole units go to one group (or the null pool)
-        drawn = draw_unit_groups(data, sizes, rng, known_a=self.known_a)
+            drawn = draw_unit_groups(dataclasses.replace(data, targets=sides.targets),
+                                     {**sizes, AUDIT_PRETRAIN_POOL: 0}, rng)
+            if sides.pretrain_audit:
+                drawn.update(draw_unit_groups(dataclasses.replace(data, targets=sides.pretrain_audit),
+                                              {**{g: 0 for g in GROUPS}, AUDIT_PRETRAIN_POOL: c["n_audit_pretrain"]},
+                                              pool_rng))
+        else:
+            # whole units go to one group (or the null pool)
+            drawn = draw_unit_groups(data, sizes, rng, known_a=self.known_a)
         #: record -> (a, b) for the records of the four groups; null-pool and audit-pool records are not in it
         self._group: dict[str, tuple[int, int]] = {r: g for r, g in drawn.items()
                                                    if g not in (NULL_POOL, AUDIT_POOL, AUDIT_PRETRAIN_POOL)}
@@ -464,6 +472,12 @@ class Challenger:
             per_text, targets = secrets_of(self._data, shuffled)
             return AdaptationData(shuffled, secrets=tuple(per_text), secret_targets=targets, validation=validation)
         return AdaptationData(shuffled, validation=validation)
+
+    @property
+    def target_pool(self) -> tuple:
+        """The records the world drew its units from: the task's target partition, or in a pooled world the target
+        side and the pretraining audit side of the split (bench.pools)."""
+        return self._data.targets
 
     def target_texts(self) -> list[str]:
         """Texts of every target record of the world (all records of every drawn unit, null pool included)."""

@@ -5,9 +5,11 @@ the task could drop every record of D̃ that lies in the target pool and train o
 membership games would then read like the undefended model's absence). Here the world pools both partitions and
 splits them again by *document*, with its own salted random stream, into three sides:
 
-* **V**, the validation side: the records the data owner holds back (given to defenses that validate);
 * **T**, the target side: every unit the world draws (four groups, null pool, audit pools) comes from it;
-* **B**, the background side: D's background is a uniform draw of ``adapt_background`` of its records.
+* **B**, the background side: D's background is a uniform draw of ``adapt_background`` of its records;
+* **S**, the pretraining audit side: the canaries C_S, inserted into pretraining only, never into D̃;
+* **V**, the validation side: the records the data owner holds back (given to defenses that validate), from
+  documents of neither, so that knowing them tells a defense nothing about T or B.
 
 Whole documents go to one side, so no background record is a sibling chunk of a target (the confound that sank
 drawing the background from the target pool's leftovers), and a target's siblings reach D̃ only as other targets,
@@ -40,10 +42,11 @@ ATTEMPTS = 20
 class PooledSides:
     """The three sides of one world's adaptation pool (records of the adaptation and target partitions)."""
 
-    targets: tuple[TargetRecord, ...]  # T: the pool the world's units are drawn from
-    background: tuple[str, ...]        # B, in a random order: D's background is its head
-    validation: tuple[str, ...]        # V: held back by the data owner
-    n_docs: dict[str, int]             # documents per side
+    targets: tuple[TargetRecord, ...]         # T: the pool the world's units are drawn from
+    background: tuple[str, ...]               # B, in a random order: D's background is its head
+    validation: tuple[str, ...]               # V: held back by the data owner
+    pretrain_audit: tuple[TargetRecord, ...]  # S: the pretraining audit canaries' pool (never in D̃)
+    n_docs: dict[str, int]                    # documents per side
 
 
 def pooled_draw_applies(data: TaskData, *, known_a: bool) -> bool:
@@ -57,10 +60,10 @@ def pooled_draw_applies(data: TaskData, *, known_a: bool) -> bool:
 
 def _fill(order: list[str], by_doc: dict[str, list[int]],
           quota: dict[str, int]) -> tuple[dict[str, list[int]], dict[str, int]]:
-    """Whole documents, in ``order``, to V until it holds its quota of records, then to T, then to B."""
-    sides: dict[str, list[int]] = {"V": [], "T": [], "B": []}
-    n_docs = {"V": 0, "T": 0, "B": 0}
-    todo = ["V", "T", "B"]
+    """Whole documents, in ``order``, to T until it holds its quota of records, then to B, then S, then V."""
+    sides: dict[str, list[int]] = {"T": [], "B": [], "S": [], "V": []}
+    n_docs = {"T": 0, "B": 0, "S": 0, "V": 0}
+    todo = ["T", "B", "S", "V"]
     for doc in order:
         while todo and len(sides[todo[0]]) >= quota[todo[0]]:
             todo.pop(0)
@@ -72,14 +75,16 @@ def _fill(order: list[str], by_doc: dict[str, list[int]],
 
 
 def split_pool(data: TaskData, *, n_units: int, n_inserted: float, n_background: int, n_validation: int,
-               rng: np.random.Generator) -> PooledSides:
+               rng: np.random.Generator, n_pretrain_audit: int = 0) -> PooledSides:
     """Split the pooled adaptation and target partitions of ``data`` by document into V, T and B.
 
     ``n_units`` records must fit in T (every unit the world draws), of which about ``n_inserted`` go into D̃;
     B then gets ``n_units * n_background / n_inserted`` records (at least ``n_background``), so that D̃ holds the
-    same share of either side. Documents are taken in an order drawn from ``rng``: V until it has ``n_validation``
-    records, then T until it has ``n_units``, then B (a new order while one leaves a side short, up to
-    :data:`ATTEMPTS`); each side keeps its quota of its records at random, and the rest of the pool is unused.
+    same share of either side. Documents are taken in an order drawn from ``rng``: T until it has ``n_units``
+    records, then B until it has its share, then S until it has ``n_pretrain_audit`` (the pretraining audit pool:
+    never in D̃, so outside the rate), then V, up to ``n_validation`` records of what is left (a new order while
+    T, B or S is short, up to :data:`ATTEMPTS`); each side keeps its quota of its records at random, and the rest of
+    the pool is unused. As with the adaptation partition's tail before, V may be short on a small pool.
     """
     if data.adapt_docs is None or data.target_docs is None:
         raise DataError(f"task '{data.name}' keeps no document per record: it cannot use the pooled draw")
@@ -92,22 +97,26 @@ def split_pool(data: TaskData, *, n_units: int, n_inserted: float, n_background:
     for i, (_, _, doc) in enumerate(records):
         by_doc.setdefault(doc, []).append(i)
     docs = sorted(by_doc)
-    quota = {"V": n_validation, "T": n_units, "B": max(n_background, ceil(n_units * n_background / n_inserted))}
+    quota = {"T": n_units, "B": max(n_background, ceil(n_units * n_background / n_inserted)), "S": n_pretrain_audit,
+             "V": n_validation}
     for _ in range(ATTEMPTS):
         sides, n_docs = _fill([docs[i] for i in rng.permutation(len(docs))], by_doc, quota)
-        if all(len(sides[s]) >= quota[s] for s in sides):
+        if all(len(sides[s]) >= quota[s] for s in ("T", "B", "S")):
             break
     else:
         raise DataError(
             f"task '{data.name}' pools {len(records)} adaptation and target records in {len(docs)} documents; a "
-            f"world that samples targets and background at one rate needs {n_validation} for validation, "
-            f"{n_units} for its units ({n_inserted:g} of them inserted into D) and {quota['B']} for the background "
-            f"side ({n_background} drawn), and {ATTEMPTS} draws of the documents' order did not fit them: lower "
-            f"n_per_group, n_null, adapt_background or n_validation in the suite's `world`, or build the task with "
-            f"more text (max_chars_per_source)")
+            f"world that samples targets and background at one rate needs {n_units} for its units ({n_inserted:g} "
+            f"of them inserted into D), {quota['B']} for the background side ({n_background} drawn) and "
+            f"{n_pretrain_audit} for the pretraining audit pool, and {ATTEMPTS} draws of the documents' order did not "
+            f"fit them: lower n_per_group, n_null, n_audit, n_audit_pretrain or adapt_background in the suite's "
+            f"`world`, or build the task with more text (max_chars_per_source)")
     # each side keeps exactly its quota, at random: T's and B's last documents overshoot it, and a larger T or B
     # would change the rate at which D̃ samples that side
     kept = {side: [sides[side][i] for i in rng.permutation(len(sides[side]))][:quota[side]] for side in sides}
-    t_side = tuple(TargetRecord(records[i][0], records[i][1]) for i in sorted(kept["T"], key=lambda i: records[i][0]))
-    return PooledSides(targets=t_side, background=tuple(records[i][1] for i in kept["B"]),
-                       validation=tuple(records[i][1] for i in kept["V"]), n_docs=n_docs)
+    def as_targets(side: str) -> tuple[TargetRecord, ...]:
+        return tuple(TargetRecord(records[i][0], records[i][1]) for i in sorted(kept[side], key=lambda i: records[i][0]))
+
+    return PooledSides(targets=as_targets("T"), background=tuple(records[i][1] for i in kept["B"]),
+                       validation=tuple(records[i][1] for i in kept["V"]), pretrain_audit=as_targets("S"),
+                       n_docs=n_docs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from bench.cache import ArtifactCache
@@ -30,15 +32,20 @@ def data(cache):
 def test_audit_pool_is_separate_independent_and_inserted_when_c_is_1(data):
     plain = Challenger(data, WORLD, 0)
     ch = Challenger(data, dict(WORLD, n_audit=100), 0)
-    # no audit pool: the world key of worlds written before it existed; with one: the 2×2 groups are unchanged
+    # no audit pool: the world key of worlds written before it existed
     assert Challenger(data, dict(WORLD, n_audit=0), 0).world_key == plain.world_key != ch.world_key
+    # with one, the 2×2 groups are unchanged where the target pool is the task's; a pooled world (bench/pools.py)
+    # sizes its target side for the audit units too, so its split, and with it the groups, moves
+    unpooled = dataclasses.replace(data, adapt_docs=None, target_docs=None)
     for g in ("adapt", "null"):
-        assert plain.instance(GAMES[g]).record_ids == ch.instance(GAMES[g]).record_ids
+        assert (Challenger(unpooled, WORLD, 0).instance(GAMES[g]).record_ids
+                == Challenger(unpooled, dict(WORLD, n_audit=100), 0).instance(GAMES[g]).record_ids)
+    assert plain.pooled and ch.pooled
     inst = ch.instance(GAMES["audit"])
     assert len(inst.labels) == 100 and 30 <= inst.n_pos <= 70  # Binomial(100, 1/2), not a fixed half
-    assert not set(inst.record_ids) & set(plain.units())
+    assert not set(inst.record_ids) & (set(ch.instance(GAMES["adapt"]).record_ids) | set(ch.null_units()))
     d = set(ch.adaptation_data().texts)
-    text = {t.id: t.text for t in data.targets}
+    text = {t.id: t.text for t in ch.target_pool}
     assert all((text[u] in d) == bool(y) for u, y in zip(inst.record_ids, inst.labels))
     assert all(ch.never_inserted(u) == (not y) for u, y in zip(inst.record_ids, inst.labels))
     assert "audit" in ch.games_defined() and "audit" not in plain.games_defined()
@@ -65,12 +72,15 @@ def test_pretraining_audit_pool_is_separate_and_inserted_into_pretraining_when_c
     plain = Challenger(data, WORLD, 0)
     ch = Challenger(data, dict(WORLD, n_audit=60, n_audit_pretrain=100), 0)
     assert Challenger(data, dict(WORLD, n_audit_pretrain=0), 0).world_key == plain.world_key != ch.world_key
-    for g in ("adapt", "pretrain", "null"):  # the 2×2 groups and the null pool do not move
-        assert plain.instance(GAMES[g]).record_ids == ch.instance(GAMES[g]).record_ids
+    unpooled = dataclasses.replace(data, adapt_docs=None, target_docs=None)
+    for g in ("adapt", "pretrain", "null"):  # the 2×2 groups and the null pool do not move (unpooled: see above)
+        assert (Challenger(unpooled, WORLD, 0).instance(GAMES[g]).record_ids
+                == Challenger(unpooled, dict(WORLD, n_audit=60, n_audit_pretrain=100), 0).instance(GAMES[g]).record_ids)
     pre, post = ch.instance(GAMES["audit/pretrain"]), ch.instance(GAMES["audit"])
     assert len(pre.labels) == 100 and 30 <= pre.n_pos <= 70 and len(post.labels) == 60
-    assert not set(pre.record_ids) & set(post.record_ids) and not set(pre.record_ids) & set(plain.units())
-    text = {t.id: t.text for t in data.targets}
+    assert not set(pre.record_ids) & set(post.record_ids)
+    assert not set(pre.record_ids) & (set(ch.instance(GAMES["adapt"]).record_ids) | set(ch.null_units()))
+    text = {t.id: t.text for t in ch.target_pool}
     s, d = set(ch.pretraining_inserts()), set(ch.adaptation_data().texts)
     assert all((text[u] in s) == bool(y) for u, y in zip(pre.record_ids, pre.labels))
     assert not any(text[u] in d for u in pre.record_ids)  # C_S never reaches the adaptation data

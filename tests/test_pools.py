@@ -77,7 +77,7 @@ def test_the_split_follows_its_stream(data):
 
 
 def test_a_pool_too_small_for_the_world_names_the_fix(data):
-    with pytest.raises(DataError, match="lower n_per_group, n_null, adapt_background or n_validation"):
+    with pytest.raises(DataError, match="lower n_per_group, n_null, n_audit, n_audit_pretrain or adapt_background"):
         split_pool(data, n_units=900, n_inserted=100, n_background=200, n_validation=100,
                    rng=np.random.default_rng(0))
     with pytest.raises(DataError, match="lower n_per_group"):
