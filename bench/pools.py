@@ -99,6 +99,14 @@ def split_pool(data: TaskData, *, n_units: int, n_inserted: float, n_background:
     docs = sorted(by_doc)
     quota = {"T": n_units, "B": max(n_background, ceil(n_units * n_background / n_inserted)), "S": n_pretrain_audit,
              "V": n_validation}
+    fix = ("lower n_per_group, n_null, n_audit, n_audit_pretrain or adapt_background in the suite's `world`, or "
+           "build the task with more text (max_chars_per_source)")
+    need = quota["T"] + quota["B"] + quota["S"]
+    if len(records) < need:
+        raise DataError(f"task '{data.name}' has {len(records)} adaptation and target records but the world needs "
+                        f"{need}: {n_units} for its units ({n_inserted:g} of them inserted into D), {quota['B']} for "
+                        f"the background side ({n_background} drawn, at the units' rate) and {n_pretrain_audit} for "
+                        f"the pretraining audit pool: {fix}")
     for _ in range(ATTEMPTS):
         sides, n_docs = _fill([docs[i] for i in rng.permutation(len(docs))], by_doc, quota)
         if all(len(sides[s]) >= quota[s] for s in ("T", "B", "S")):
@@ -109,8 +117,7 @@ def split_pool(data: TaskData, *, n_units: int, n_inserted: float, n_background:
             f"world that samples targets and background at one rate needs {n_units} for its units ({n_inserted:g} "
             f"of them inserted into D), {quota['B']} for the background side ({n_background} drawn) and "
             f"{n_pretrain_audit} for the pretraining audit pool, and {ATTEMPTS} draws of the documents' order did not "
-            f"fit them: lower n_per_group, n_null, n_audit, n_audit_pretrain or adapt_background in the suite's "
-            f"`world`, or build the task with more text (max_chars_per_source)")
+            f"fit them in whole documents: {fix}")
     # each side keeps exactly its quota, at random: T's and B's last documents overshoot it, and a larger T or B
     # would change the rate at which D̃ samples that side
     kept = {side: [sides[side][i] for i in rng.permutation(len(sides[side]))][:quota[side]] for side in sides}
