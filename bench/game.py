@@ -131,6 +131,11 @@ WORLD_PARAMS = (
           "game), each inserted into S independently with probability 1/2; 0 = none", low=0),
     Param("adapt_target_repeats", int, None, "copies of each b=1 target inserted into adaptation (canaries: 1, 3, "
           "10); null = the task's own repeats, else 1", low=1, nullable=True),
+    Param("pool_draw", str, "pooled", "where targets and D's background come from on tasks of natural text: pooled "
+          "= the adaptation and target partitions pooled and split by document under the world's salt "
+          "(bench/pools.py), so a defense cannot recognise targets by their public partition; partition = the "
+          "task's two partitions as built (about half the records, and that channel open: docs/submitting.md)",
+          choices=("pooled", "partition")),
 )
 
 
@@ -146,12 +151,15 @@ def b_only_game(spec: GameSpec) -> bool:
 
 
 def keyed_world(world: dict[str, Any]) -> dict[str, Any]:
-    """The world settings as hashed into keys: ``n_audit`` and ``n_audit_pretrain`` only when > 0, so worlds, runs
-    and tracks written before the audit pools existed keep their keys."""
+    """The world settings as hashed into keys: ``n_audit`` and ``n_audit_pretrain`` only when > 0, and
+    ``pool_draw`` only when not ``pooled``, so worlds, runs and tracks written before them keep their keys (a pooled
+    world's key says so itself, ``Challenger.world_key``)."""
     out = dict(world)
     for name in ("n_audit", "n_audit_pretrain"):
         if not out.get(name):
             out.pop(name, None)
+    if out.get("pool_draw", "pooled") == "pooled":
+        out.pop("pool_draw", None)
     return out
 
 
@@ -342,7 +350,7 @@ class Challenger:
         #: a comes from the data (a released model's documented split), not from the challenger
         self.known_a = bool(data.targets) and all("a" in data.target_meta.get(r.id, {}) for r in data.targets)
         #: targets and background from one pool split by document under the world's salt (bench.pools)
-        self.pooled = pooled_draw_applies(data, known_a=self.known_a)
+        self.pooled = c["pool_draw"] == "pooled" and pooled_draw_applies(data, known_a=self.known_a)
         self._validation: tuple[str, ...] | None = None
         #: documents per side (T, B, S, V) of a pooled world, for the run's record of the world; None elsewhere
         self.pool_docs: dict[str, int] | None = None

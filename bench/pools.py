@@ -99,8 +99,9 @@ def split_pool(data: TaskData, *, n_units: int, n_inserted: float, n_background:
     docs = sorted(by_doc)
     quota = {"T": n_units, "B": max(n_background, ceil(n_units * n_background / n_inserted)), "S": n_pretrain_audit,
              "V": n_validation}
-    fix = ("lower n_per_group, n_null, n_audit, n_audit_pretrain or adapt_background in the suite's `world`, or "
-           "build the task with more text (max_chars_per_source)")
+    fix = ("lower n_per_group, n_null, n_audit, n_audit_pretrain or adapt_background in the suite's `world`, "
+           "build the task with more text (max_chars_per_source), or set world pool_draw: partition (the task's "
+           "own partitions, half the records; a defense can then recognise targets by theirs, docs/submitting.md)")
     need = quota["T"] + quota["B"] + quota["S"]
     if len(records) < need:
         raise DataError(f"task '{data.name}' has {len(records)} adaptation and target records but the world needs "

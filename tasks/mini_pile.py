@@ -38,6 +38,8 @@ class MiniPile(OnMiniPile, Task):
     description = ("Offline mini-Pile: Python standard library code and Shakespeare's plays, partitioned by "
                    "document into pretraining, held-out, attacker population, adaptation and target pools; with "
                    "adapt_domain, every pool but pretraining comes from a domain pretraining did not cover.")
+    #: 0.2.0: records keep their document, and worlds pool the adaptation and target partitions (bench/pools.py)
+    version = "0.2.0"
     params = (
         Param("sources", list, ["stdlib_code", "shakespeare"], "text sources to mix", item_type=str),
         Param("max_chars_per_source", int, 3_000_000, "deterministic per-source budget of characters", low=10_000),

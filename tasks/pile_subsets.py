@@ -375,6 +375,8 @@ class PileSubset(Task):
                    "pretraining partition of the mixture, and held-out / population / adaptation / target pools "
                    "from the subset, iid (held out from a pretraining source), ood (a source outside the "
                    "mixture) or overlap (targets drawn from the pretraining partition itself).")
+    #: 0.2.0: records keep their document, and worlds pool the adaptation and target partitions (bench/pools.py)
+    version = "0.2.0"
     params = (
         Param("subset", str, "wiki", "which subset gives the non-pretrain pools", choices=tuple(SUBSETS)),
         Param("relation", str, "auto", "relation of the pools to pretraining; auto: iid if the subset's source "

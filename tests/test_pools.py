@@ -177,3 +177,17 @@ def test_the_exploit_plugin_on_the_embedded_task(cache):
         kept = set(drop_public_targets(d_tilde, pool))
         gaps.append(np.mean([t in kept for t in inserted]) - np.mean([t in kept for t in background]))
     assert abs(np.mean(gaps)) < 0.08, gaps
+
+
+def test_partition_draw_is_an_explicit_opt_out_that_keys_its_worlds(data):
+    """A task too small for a pooled world can run the draw of the task's own partitions, named in the world (and so
+    in its key): the channel is then open, as the error of a too-large world says."""
+    from bench.game import keyed_world
+    ch = Challenger(data, dict(WORLD, pool_draw="partition"), seed=0)
+    assert not ch.pooled
+    _, _, background = inserted_and_background(ch)
+    assert sorted(background) == sorted(data.adapt[:WORLD["adapt_background"]])
+    assert ch.world_key != Challenger(data, WORLD, seed=0).world_key
+    assert "pool_draw" not in keyed_world(Challenger(data, WORLD, seed=0).config)  # older worlds keep their keys
+    with pytest.raises(DataError, match="set world pool_draw: partition"):
+        Challenger(data, {"n_per_group": 150, "n_null": 400, "adapt_background": 200}, seed=0)
