@@ -3,9 +3,9 @@
 Why: a task builds its adaptation and target pools from public text with public code, so a defense that rebuilds
 the task could drop every record of D̃ that lies in the target pool and train on the background alone (its
 membership games would then read like the undefended model's absence). Here the world pools both partitions and
-splits them again by *document*, with its own salted random stream, into three sides:
+splits them again by *document*, with its own salted random stream, into four sides:
 
-* **T**, the target side: every unit the world draws (four groups, null pool, audit pools) comes from it;
+* **T**, the target side: every unit the world draws (four groups, null pool, audit pool C) comes from it;
 * **B**, the background side: D's background is a uniform draw of ``adapt_background`` of its records;
 * **S**, the pretraining audit side: the canaries C_S, inserted into pretraining only, never into D̃;
 * **V**, the validation side: the records the data owner holds back (given to defenses that validate), from
