@@ -10,6 +10,7 @@ Both are printed for the pooled draw (bench/pools.py) and, for ``partition``, fo
 from the adaptation partition, targets from the target partition), where the rule is exact. 0.5 is chance.
 
     python scripts/pool_channel.py --seeds 100
+    python scripts/pool_channel.py --end-to-end     # the plugin trained and attacked, both draws (about 5 min)
 
 The AUC of one world varies (a world holds few documents: the code pools are 35 files), so the mean over worlds,
 with its standard error, is what says whether a rule finds targets: a defense cannot tell in which worlds it is lucky.
@@ -64,10 +65,62 @@ def exploit_aucs(data, world: dict, seeds: range) -> dict[str, list[float]]:
     return out
 
 
+def end_to_end(workdir: str, seed: int) -> None:
+    """Train and attack ``none``, ``finetune`` and the dishonest ``pool_filter`` plugin in the dp/guard world, under
+    the pooled draw and under the draw it replaced (``pool_draw: partition``), with a secret draw: adapt-game AUC
+    per attack and held-out loss per defense."""
+    import sys
+    from pathlib import Path
+
+    from bench.cache import ArtifactCache
+    from bench.runner import Runner
+    from bench.store import Store
+    from bench.suite import parse_suite
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "plugins"))
+    import pool_filter_defense  # noqa: F401  (registers the plugin "pool_filter")
+
+    root = Path(workdir)
+    root.mkdir(parents=True, exist_ok=True)
+    cache = ArtifactCache(root / "cache")
+    print(f"{'draw':10s} {'defense':12s} {'adapt AUC: loss':>16s} {'min_k':>7s} {'null: loss':>11s} "
+          f"{'held-out loss':>14s} {'D~ records kept':>16s}")
+    for draw in ("pooled", "partition"):
+        raw = {"name": f"pool-channel-{draw}", "seeds": [seed],
+               "tasks": [{"name": "mini_pile", "label": "wiki", "params": {"adapt_domain": "wiki"}}],
+               "models": [{"name": "nano", "params": {"pretrain_tokens": 250000, "reference_tokens": 120000}}],
+               "defenses": ["none", "finetune", "pool_filter"], "attacks": ["loss", "min_k"],
+               "games": ["adapt", "null"], "reference": False, "metrics": {"n_boot": 200},
+               "utility": {"n_heldout": 200},
+               "world": {"n_per_group": 60, "n_null": 400, "adapt_background": 200, "pool_draw": draw}}
+        store = Store(f"sqlite:///{root / (draw + '.db')}")
+        run = Runner(parse_suite(raw), store, cache, quiet=True, draw_secret=f"pool-channel-{seed}").run()
+        auc = {(r["defense"], r["game"], r["attack"]): r["value"] for r in store.metric_rows(run.run_id)
+               if r["metric"] == "auc"}
+        loss = {r["defense"]: r["value"] for r in store.utility_rows(run.run_id)
+                if r["role"] == "adapted" and r["dataset"] == "heldout" and r["metric"] == "loss"}
+        kept = pool_filter_defense.drop_public_targets
+        pool = pool_filter_defense.public_target_pool("mini_pile", {"adapt_domain": "wiki"})
+        world = raw["world"]
+        data = next(iter(parse_suite(raw).tasks)).instance.build(cache)
+        texts = Challenger(data, world, seed, secret=f"pool-channel-{seed}").adaptation_data().texts
+        share = len(kept(texts, pool)) / len(texts)
+        for d in ("none", "finetune", "pool_filter"):
+            print(f"{draw:10s} {d:12s} {auc[(d, 'adapt', 'loss')]:16.3f} {auc[(d, 'adapt', 'min_k')]:7.3f} "
+                  f"{auc[(d, 'null', 'loss')]:11.3f} {loss.get(d, float('nan')):14.3f} "
+                  f"{share if d == 'pool_filter' else 1.0:16.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=100, help="secret draws per world")
+    parser.add_argument("--end-to-end", action="store_true", help="train and attack the dishonest plugin instead")
+    parser.add_argument("--workdir", default="/tmp/privbench-pool-channel", help="cache and databases of --end-to-end")
+    parser.add_argument("--seed", type=int, default=0, help="the world seed of --end-to-end")
     args = parser.parse_args()
+    if args.end_to_end:
+        end_to_end(args.workdir, args.seed)
+        return
     print(f"{'world':30s} {'rule':22s} {'mean AUC':>9s} {'se':>6s} {'sd':>6s} {'min':>6s} {'max':>6s}")
     for label, (task, params, world) in WORLDS.items():
         data = make_task(task, params).build()
