@@ -36,6 +36,9 @@ POOLED_DRAW_VERSION = "1"
 #: orders of the documents tried before a pool too lumpy for the world is refused (a large document early in the
 #: order can leave too little for B; no bundled world needed one in 1,000 orders, so it is a tight pool's fallback)
 ATTEMPTS = 20
+#: the share of the pool (less V and S) that T and B fill together when it holds more than the world needs: the
+#: rest absorbs the overshoot of whole documents, so V still gets its records
+POOL_SHARE = 0.9
 
 
 @dataclass(frozen=True)
@@ -78,13 +81,15 @@ def split_pool(data: TaskData, *, n_units: int, n_inserted: float, n_background:
                rng: np.random.Generator, n_pretrain_audit: int = 0) -> PooledSides:
     """Split the pooled adaptation and target partitions of ``data`` by document into V, T and B.
 
-    ``n_units`` records must fit in T (every unit the world draws), of which about ``n_inserted`` go into D̃;
-    B then gets ``n_units * n_background / n_inserted`` records (at least ``n_background``), so that D̃ holds the
-    same share of either side. Documents are taken in an order drawn from ``rng``: T until it has ``n_units``
-    records, then B until it has its share, then S until it has ``n_pretrain_audit`` (the pretraining audit pool:
-    never in D̃, so outside the rate), then V, up to ``n_validation`` records of what is left (a new order while
-    T, B or S is short, up to :data:`ATTEMPTS`); each side keeps its quota of its records at random, and the rest of
-    the pool is unused. As with the adaptation partition's tail before, V may be short on a small pool.
+    ``n_units`` records must fit in T (every unit the world draws), of which about ``n_inserted`` go into D̃; B
+    holds ``|T| * n_background / n_inserted`` records (at least ``n_background``), so that D̃ samples either side at
+    one rate, ``n_inserted / |T|``. T is as large as :data:`POOL_SHARE` of the pool allows (at least ``n_units``):
+    the lower that rate, the fewer of an untrained target's sibling chunks are trained on. Documents are taken in an
+    order drawn from ``rng``: T until it has its quota of records, then B, then S (``n_pretrain_audit``, the
+    pretraining audit pool: never in D̃, so outside the rate), then V, up to ``n_validation`` records of what is
+    left (a new order while T, B or S is short, up to :data:`ATTEMPTS`, then the least sizes); each side keeps its
+    quota of its records at random, and the rest of the pool is unused. V may be short on a small pool, as the
+    adaptation partition's tail could be before.
     """
     if data.adapt_docs is None or data.target_docs is None:
         raise DataError(f"task '{data.name}' keeps no document per record: it cannot use the pooled draw")
@@ -97,31 +102,45 @@ def split_pool(data: TaskData, *, n_units: int, n_inserted: float, n_background:
     for i, (_, _, doc) in enumerate(records):
         by_doc.setdefault(doc, []).append(i)
     docs = sorted(by_doc)
-    quota = {"T": n_units, "B": max(n_background, ceil(n_units * n_background / n_inserted)), "S": n_pretrain_audit,
-             "V": n_validation}
     fix = ("lower n_per_group, n_null, n_audit, n_audit_pretrain or adapt_background in the suite's `world`, "
            "build the task with more text (max_chars_per_source), or set world pool_draw: partition (the task's "
            "own partitions, half the records; a defense can then recognise targets by theirs, docs/submitting.md)")
-    need = quota["T"] + quota["B"] + quota["S"]
+
+    def quotas(n_target_side: int) -> dict[str, int]:
+        return {"T": n_target_side, "B": max(n_background, ceil(n_target_side * n_background / n_inserted)),
+                "S": n_pretrain_audit, "V": n_validation}
+
+    least = quotas(n_units)
+    need = least["T"] + least["B"] + least["S"]
     if len(records) < need:
         raise DataError(f"task '{data.name}' has {len(records)} adaptation and target records but the world needs "
-                        f"{need}: {n_units} for its units ({n_inserted:g} of them inserted into D), {quota['B']} for "
+                        f"{need}: {n_units} for its units ({n_inserted:g} of them inserted into D), {least['B']} for "
                         f"the background side ({n_background} drawn, at the units' rate) and {n_pretrain_audit} for "
                         f"the pretraining audit pool: {fix}")
-    for _ in range(ATTEMPTS):
-        sides, n_docs = _fill([docs[i] for i in rng.permutation(len(docs))], by_doc, quota)
-        if all(len(sides[s]) >= quota[s] for s in ("T", "B", "S")):
+    # T and B share the pool at one rate, the lowest the pool allows (the fewest trained siblings per untrained
+    # target), leaving POOL_SHARE's rest for S, V and the overshoot of whole documents; the least sizes if that fails
+    room = int(POOL_SHARE * (len(records) - n_validation - n_pretrain_audit) * n_inserted / (n_inserted + n_background))
+    fitted = None
+    for quota in ([quotas(room)] if room > n_units else []) + [least]:
+        for _ in range(ATTEMPTS):
+            sides, n_docs = _fill([docs[i] for i in rng.permutation(len(docs))], by_doc, quota)
+            if all(len(sides[s]) >= quota[s] for s in ("T", "B", "S")):
+                fitted = quota
+                break
+        if fitted:
             break
-    else:
+    if fitted is None:
         raise DataError(
             f"task '{data.name}' pools {len(records)} adaptation and target records in {len(docs)} documents; a "
             f"world that samples targets and background at one rate needs {n_units} for its units ({n_inserted:g} "
-            f"of them inserted into D), {quota['B']} for the background side ({n_background} drawn) and "
+            f"of them inserted into D), {least['B']} for the background side ({n_background} drawn) and "
             f"{n_pretrain_audit} for the pretraining audit pool, and {ATTEMPTS} draws of the documents' order did not "
             f"fit them in whole documents: {fix}")
+    quota = fitted
     # each side keeps exactly its quota, at random: T's and B's last documents overshoot it, and a larger T or B
     # would change the rate at which D̃ samples that side
     kept = {side: [sides[side][i] for i in rng.permutation(len(sides[side]))][:quota[side]] for side in sides}
+
     def as_targets(side: str) -> tuple[TargetRecord, ...]:
         return tuple(TargetRecord(records[i][0], records[i][1]) for i in sorted(kept[side], key=lambda i: records[i][0]))
 

@@ -61,12 +61,17 @@ def test_sides_are_whole_documents_of_the_pool_at_their_quotas(data):
     b_docs = {docs[t] for t in sides.background}
     v_docs = {docs[t] for t in sides.validation}
     assert not (t_docs & b_docs) and not (t_docs & v_docs) and not (b_docs & v_docs)
-    # T holds the units, B the units' share scaled to the background: 120 * 40 / 40
-    assert (len(sides.targets), len(sides.background), len(sides.validation)) == (120, 120, 20)
+    # T holds the units and as much more as the pool allows (the lowest rate into D̃), B the same share scaled to
+    # the background (40 / 40 here), V its 20
+    assert len(sides.targets) >= 120 and len(sides.background) == len(sides.targets) and len(sides.validation) == 20
+    assert len(sides.targets) + len(sides.background) == 2 * int(0.9 * (1200 - 20) * 40 / 80)
+    tight = split_pool(data, n_units=540, n_inserted=40, n_background=40, n_validation=20,
+                       rng=np.random.default_rng(0))  # the pool holds the least sizes only
+    assert (len(tight.targets), len(tight.background)) == (540, 540)
     # both partitions feed both sides: the target side is not the task's target partition
     partition = {r.text for r in data.targets}
-    assert 0 < sum(r.text in partition for r in sides.targets) < 120
-    assert 0 < sum(t in partition for t in sides.background) < 120
+    assert 0 < sum(r.text in partition for r in sides.targets) < len(sides.targets)
+    assert 0 < sum(t in partition for t in sides.background) < len(sides.background)
 
 
 def test_the_split_follows_its_stream(data):
