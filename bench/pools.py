@@ -142,7 +142,8 @@ def split_pool(data: TaskData, *, n_units: int, n_inserted: float, n_background:
     kept = {side: [sides[side][i] for i in rng.permutation(len(sides[side]))][:quota[side]] for side in sides}
 
     def as_targets(side: str) -> tuple[TargetRecord, ...]:
-        return tuple(TargetRecord(records[i][0], records[i][1]) for i in sorted(kept[side], key=lambda i: records[i][0]))
+        ordered = sorted(kept[side], key=lambda i: records[i][0])
+        return tuple(TargetRecord(records[i][0], records[i][1]) for i in ordered)
 
     return PooledSides(targets=as_targets("T"), background=tuple(records[i][1] for i in kept["B"]),
                        validation=tuple(records[i][1] for i in kept["V"]), pretrain_audit=as_targets("S"),
