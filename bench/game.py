@@ -352,7 +352,7 @@ class Challenger:
         #: targets and background from one pool split by document under the world's salt (bench.pools)
         self.pooled = c["pool_draw"] == "pooled" and pooled_draw_applies(data, known_a=self.known_a)
         self._validation: tuple[str, ...] | None = None
-        #: documents per side (T, B, S, V) of a pooled world (what `scripts/pool_channel.py` inspects); None elsewhere
+        #: documents per side (T, B, S, V) of a pooled world, for inspection (tests/test_pools.py); None elsewhere
         self.pool_docs: dict[str, int] | None = None
         if self.pooled:
             # C_S (pretraining audit) never reaches D̃: its own side, outside the rate at which D̃ samples T and B
