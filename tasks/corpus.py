@@ -29,6 +29,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from bench.errors import ConfigError, DataError
+from bench.task import TargetRecord, TaskData
 from tasks.partition import assign_partition, chunk_text, normalized_key, stable_hash
 from tasks.sources import Document, SourceInfo, get_source
 
@@ -41,6 +42,7 @@ __all__ = [
     "CORPUS_VERSION",
     "CORPUS_LAYOUT",
     "build_corpus",
+    "task_data_from_rows",
     "ngram_hashes",
 ]
 
@@ -295,3 +297,23 @@ def build_corpus(
         "ngram": NGRAM,
     }
     return Corpus(partitions=partitions, sources=[s.info for s in sources], params=params)
+
+
+def task_data_from_rows(name: str, blob: dict, **extra) -> TaskData:
+    """The :class:`bench.task.TaskData` of a cached corpus (``corpus.json``: partitions of ``[id, text, source,
+    document]`` rows, fingerprint, stats, sources), each adaptation and target record with its document."""
+    p = blob["partitions"]
+    return TaskData(
+        name=name,
+        pretrain=tuple(r[1] for r in p["pretrain"]),
+        heldout=tuple(r[1] for r in p["heldout"]),
+        population=tuple(r[1] for r in p["population"]),
+        adapt=tuple(r[1] for r in p["adapt"]),
+        adapt_docs=tuple(r[3] for r in p["adapt"]),
+        targets=tuple(TargetRecord(r[0], r[1]) for r in p["targets"]),
+        target_docs=tuple(r[3] for r in p["targets"]),
+        fingerprint=blob["fingerprint"],
+        sources=tuple(blob["sources"]),
+        stats=blob["stats"],
+        **extra,
+    )

@@ -15,8 +15,8 @@ from bench.cache import ArtifactCache
 from bench.hashing import CACHE_SCHEMA, content_hash, module_hash
 from bench.params import Param
 from bench.registry import register_task
-from bench.task import TargetRecord, Task, TaskData
-from tasks.corpus import CORPUS_LAYOUT, CORPUS_VERSION, build_corpus
+from bench.task import Task, TaskData
+from tasks.corpus import CORPUS_LAYOUT, CORPUS_VERSION, build_corpus, task_data_from_rows
 from tasks.sources import get_source
 
 #: offline sources an ``adapt_domain`` draws its pools from (tasks/pile_subsets.py)
@@ -76,20 +76,7 @@ class MiniPile(OnMiniPile, Task):
         cache = cache or ArtifactCache()
         path = cache.get_or_build("data", key, make)
         blob = json.loads((path / "corpus.json").read_text())
-        p = blob["partitions"]
-        return TaskData(
-            name=self.name,
-            pretrain=tuple(r[1] for r in p["pretrain"]),
-            heldout=tuple(r[1] for r in p["heldout"]),
-            population=tuple(r[1] for r in p["population"]),
-            adapt=tuple(r[1] for r in p["adapt"]),
-            adapt_docs=tuple(r[3] for r in p["adapt"]),
-            targets=tuple(TargetRecord(r[0], r[1]) for r in p["targets"]),
-            target_docs=tuple(r[3] for r in p["targets"]),
-            fingerprint=blob["fingerprint"],
-            sources=tuple(blob["sources"]),
-            stats=blob["stats"],
-        )
+        return task_data_from_rows(self.name, blob)
 
     def _build_domain(self, cache: ArtifactCache | None) -> TaskData:
         """Pretraining on the mixture, every other pool from ``adapt_domain`` (an ``ood`` pile_subset).

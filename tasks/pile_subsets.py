@@ -52,8 +52,11 @@ from bench.errors import ConfigError, DataError
 from bench.hashing import CACHE_SCHEMA, content_hash
 from bench.params import Param
 from bench.registry import register_task
-from bench.task import TargetRecord, Task, TaskData
-from tasks.corpus import CORPUS_LAYOUT, CORPUS_VERSION, DEFAULT_WEIGHTS, NGRAM, PARTITIONS, Record, build_corpus, ngram_hashes
+from bench.task import Task, TaskData
+from tasks.corpus import (
+    CORPUS_LAYOUT, CORPUS_VERSION, DEFAULT_WEIGHTS, NGRAM, PARTITIONS, Record, build_corpus, ngram_hashes,
+    task_data_from_rows,
+)
 from tasks.partition import assign_partition, chunk_text, normalized_key, stable_hash
 from tasks.sources import Document, get_source
 
@@ -429,18 +432,4 @@ class PileSubset(Task):
         cache = cache or ArtifactCache()
         path = cache.get_or_build("data", key, make)
         blob = json.loads((path / "corpus.json").read_text())
-        p = blob["partitions"]
-        return TaskData(
-            name=f"{self.name}:{self.subset}",
-            pretrain=tuple(r[1] for r in p["pretrain"]),
-            heldout=tuple(r[1] for r in p["heldout"]),
-            population=tuple(r[1] for r in p["population"]),
-            adapt=tuple(r[1] for r in p["adapt"]),
-            adapt_docs=tuple(r[3] for r in p["adapt"]),
-            targets=tuple(TargetRecord(r[0], r[1]) for r in p["targets"]),
-            target_docs=tuple(r[3] for r in p["targets"]),
-            fingerprint=blob["fingerprint"],
-            sources=tuple(blob["sources"]),
-            stats=blob["stats"],
-            relation=blob["relation"],
-        )
+        return task_data_from_rows(f"{self.name}:{self.subset}", blob, relation=blob["relation"])
