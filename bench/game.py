@@ -327,7 +327,7 @@ class Challenger:
 
     ``secret`` salts every draw: with it, the world cannot be recomputed from the public suite and seed (a
     plugin that rebuilds the challenger gets another world); without it the draw is public and reproducible
-    from the suite alone (see docs/attacks.md, "Channels").
+    from the suite alone (see docs/attacks.md, "What a defense cannot reach").
     """
 
     def __init__(self, data: TaskData, config: dict[str, Any] | None, seed: int, *,
