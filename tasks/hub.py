@@ -130,7 +130,7 @@ from bench.registry import register_task
 from bench.task import TargetRecord, Task, TaskData
 from tasks.user_files import (
     FORMATS, assemble_task_data, file_format, hf_cache_dir, inspect_file, load_pretrain,
-    partition_records, pool_params, pool_weights, read_rows, require_nonempty, text_id,
+    partition_records, pool_params, pool_weights, read_rows, record_documents, require_nonempty, text_id,
 )
 
 __all__ = ["PYTHIA_SPECS", "known_membership", "open_rows", "is_local_source", "resolve_local_files",
@@ -541,7 +541,9 @@ def _pool_data(task: Task, records: list[dict[str, str]], *, where: str, relatio
         task.name, pretrain=pretrain, heldout=[r["text"] for r in parts["heldout"]],
         population=[r["text"] for r in parts["population"]], adapt=[r["text"] for r in parts["adapt"]],
         targets=targets, relation=relation, unit=unit, target_meta=meta, sources=[prov, pprov], stats=stats,
-        config=task.config, adapt_owners=[r["user"] for r in parts["adapt"]] if unit == "user" else None)
+        config=task.config, adapt_owners=[r["user"] for r in parts["adapt"]] if unit == "user" else None,
+        # one record per row, each its own document: a world pools the adaptation and target partitions
+        **(record_documents(parts) if unit == "record" else {}))
 
 
 _PRETRAIN_PARAM = Param("pretrain_path", str, None, "pretraining corpus file with a 'text' column (default: "
@@ -572,6 +574,7 @@ def _collect_records(rows, n, where: str, required: tuple[str, ...], schema_hint
 
 @register_task("samsum")
 class SamSum(_HubTask):
+    version = "0.2.0"  # 0.2.0: records carry their documents, and worlds pool (bench.pools)
     description = ("SAMSum dialogues with their summaries as out-of-distribution adaptation data (Marek et al. "
                    "2026), hash-partitioned into held-out, population, adaptation and target pools.")
     params = (
@@ -597,6 +600,7 @@ class SamSum(_HubTask):
 
 @register_task("german_wiki")
 class GermanWiki(_HubTask):
+    version = "0.2.0"  # 0.2.0: records carry their documents, and worlds pool (bench.pools)
     description = "German Wikipedia articles (cut to max_chars) as out-of-distribution data for an English model."
     params = (
         *_source_params("wikimedia/wikipedia", "20231101.de", "train", 5000, True),

@@ -20,9 +20,10 @@ Record ids: the ``id_column`` value as a string, else ``"r-" + sha1(text)[:16]``
 reordered). Exact duplicate texts are dropped, keeping the first: a text that
 sits in two partitions would be a member and a non-member at once.
 
-The ``local_text`` task hash-partitions the records (by record id, or by user
-when ``user_column`` is given: all of a user's records share a partition) into
-held-out, population, adaptation and target pools with
+The ``local_text`` task hash-partitions the records (by record id; by document
+when ``document_column`` is given, so that chunks of one document share a
+partition; by user when ``user_column`` is given: all of a user's records share
+a partition) into held-out, population, adaptation and target pools with
 :func:`tasks.partition.assign_partition`. The pretraining corpus is a second
 file (``pretrain_path``) or, by default, the pretraining partition of
 ``mini_pile``; texts equal to one of the user's records are removed from it.
@@ -45,7 +46,7 @@ from tasks.partition import assign_partition
 
 __all__ = ["FORMATS", "POOLS", "LocalText", "load_records", "inspect_file", "read_rows", "file_format", "text_id",
            "hf_cache_dir", "partition_records", "assemble_task_data", "pool_params", "pool_weights",
-           "require_nonempty", "load_pretrain"]
+           "require_nonempty", "load_pretrain", "record_documents"]
 
 #: file formats and the ``datasets`` packaged builder that reads each
 FORMATS = {"jsonl": "json", "json": "json", "parquet": "parquet", "csv": "csv"}
@@ -310,15 +311,16 @@ def text_id(text: str, prefix: str = "r") -> str:
 
 def _load(path: str | Path, *, text_column: str = "text", id_column: str | None = None,
           user_column: str | None = None, format: str | None = None, cache_dir: str | Path | None = None,
-          drop_duplicate_texts: bool = True) -> tuple[list[dict[str, str]], dict[str, Any]]:
+          drop_duplicate_texts: bool = True,
+          document_column: str | None = None) -> tuple[list[dict[str, str]], dict[str, Any]]:
     info = inspect_file(path, format)
     p = info.path
     need = [("text", text_column)] + ([("id", id_column)] if id_column else []) + (
-        [("user", user_column)] if user_column else [])
+        [("user", user_column)] if user_column else []) + ([("document", document_column)] if document_column else [])
     for role, col in need:
         if col not in info.columns:
             cols = ", ".join(repr(c) for c in info.columns) or "none"
-            flag = {"text": "text_column", "id": "id_column", "user": "user_column"}[role]
+            flag = {"text": "text_column", "id": "id_column", "user": "user_column", "document": "document_column"}[role]
             raise DataError(f"{p}: no {role} column '{col}' (columns present: {cols}): set {flag} to one of them")
     records: list[dict[str, str]] = []
     seen_ids: dict[str, int] = {}
@@ -351,6 +353,12 @@ def _load(path: str | Path, *, text_column: str = "text", id_column: str | None 
             if user is None:
                 raise DataError(f"{p}: {info.where(i)}: user column '{user_column}' is empty: give every row a user")
             rec["user"] = user
+        if document_column:
+            doc = _as_id(row.get(document_column))
+            if doc is None:
+                raise DataError(f"{p}: {info.where(i)}: document column '{document_column}' is empty: give every row "
+                                f"its document")
+            rec["document"] = doc
         if text in seen_texts:
             if drop_duplicate_texts:
                 dropped += 1
@@ -407,12 +415,16 @@ def assemble_task_data(name: str, *, pretrain: Sequence[str], heldout: Sequence[
                        target_meta: Mapping[str, Mapping[str, Any]] | None = None,
                        sources: Sequence[Mapping[str, Any]] = (), stats: Mapping[str, Any] | None = None,
                        config: Mapping[str, Any] | None = None,
-                       adapt_owners: Sequence[str] | None = None) -> TaskData:
+                       adapt_owners: Sequence[str] | None = None,
+                       adapt_docs: Sequence[str] | None = None,
+                       target_docs: Sequence[str] | None = None) -> TaskData:
     """TaskData with a fingerprint over the config, every partition's texts and the target ids and metadata.
 
     ``adapt_owners`` (the user of each adaptation record) is required for unit ``"user"``: without it every
     background record would be its own owner while target users own several records, so a defense could tell
-    the targets apart by their owners' record counts."""
+    the targets apart by their owners' record counts. ``adapt_docs`` and ``target_docs`` (the document of each
+    adaptation and target record) let a world pool the two partitions and split them by document under its own
+    salt (bench.pools), so that a defense that rebuilds the task cannot tell targets by their partition."""
     if unit == "user":
         if adapt_owners is None or len(adapt_owners) != len(adapt):
             raise DataError(f"task '{name}' has membership unit 'user' but names the owners of "
@@ -421,11 +433,24 @@ def assemble_task_data(name: str, *, pretrain: Sequence[str], heldout: Sequence[
     elif adapt_owners is not None:
         raise DataError(f"task '{name}': adapt_owners is given but the membership unit is {unit!r}: owners belong "
                         f"to user tasks")
+    if (adapt_docs is None) != (target_docs is None):
+        raise DataError(f"task '{name}': documents are given for only one of the adaptation and target partitions: "
+                        f"give both (adapt_docs and target_docs) or neither")
+    if adapt_docs is not None and target_docs is not None:
+        if unit != "record":
+            raise DataError(f"task '{name}': documents are given but the membership unit is {unit!r}: documents "
+                            f"belong to record tasks (a user's or a secret's records already share a partition)")
+        for what, docs, recs in (("adaptation", adapt_docs, adapt), ("target", target_docs, targets)):
+            if len(docs) != len(recs):
+                raise DataError(f"task '{name}': {len(docs)} documents for {len(recs)} {what} records: give each "
+                                f"{what} record its document")
     meta = {k: dict(v) for k, v in (target_meta or {}).items()}
     pools = {"heldout": list(heldout), "population": list(population), "adapt": list(adapt)}
     extra = {"relation": relation, "unit": unit, "meta": meta, "config": dict(config or {})}
     if adapt_owners is not None:
         extra["adapt_owners"] = list(adapt_owners)
+    if adapt_docs is not None and target_docs is not None:  # the pool split groups by them: part of what a world is
+        extra["docs"] = [list(map(str, adapt_docs)), list(map(str, target_docs))]
     fp = _fingerprint(name, pretrain, pools, targets, extra)
     st = dict(stats or {})
     st.update({"pretrain": len(pretrain), "heldout": len(heldout), "population": len(population),
@@ -433,7 +458,9 @@ def assemble_task_data(name: str, *, pretrain: Sequence[str], heldout: Sequence[
     return TaskData(name=name, pretrain=tuple(pretrain), heldout=tuple(heldout), population=tuple(population),
                     adapt=tuple(adapt), targets=tuple(targets), fingerprint=fp, sources=tuple(dict(s) for s in sources),
                     stats=st, relation=relation, unit=unit, target_meta=meta, public_format=None,
-                    adapt_owners=None if adapt_owners is None else tuple(str(u) for u in adapt_owners))
+                    adapt_owners=None if adapt_owners is None else tuple(str(u) for u in adapt_owners),
+                    adapt_docs=None if adapt_docs is None else tuple(map(str, adapt_docs)),
+                    target_docs=None if target_docs is None else tuple(map(str, target_docs)))
 
 
 def pool_params(heldout: float, population: float, adapt: float, targets: float) -> tuple[Param, ...]:
@@ -501,6 +528,7 @@ def load_pretrain(path: str | None, *, text_column: str, format: str | None = No
 class LocalText(Task):
     needs = "a local data file: --params path=<file.jsonl|.json|.parquet|.csv>"
 
+    version = "0.2.0"  # 0.2.0: records carry their documents, and worlds pool (bench.pools)
     description = ("A user's own .jsonl/.json/.parquet/.csv file, hash-partitioned into held-out, population, "
                    "adaptation and target pools; pretraining on a second file or on mini_pile's pretraining part.")
     params = (
@@ -508,6 +536,9 @@ class LocalText(Task):
         Param("text_column", str, "text", "column holding the text"),
         Param("id_column", str, None, "column of unique record ids (default: ids from the text)", nullable=True),
         Param("user_column", str, None, "column of user ids: membership unit becomes the user", nullable=True),
+        Param("document_column", str, None, "column naming each record's document (chunks of one text): a "
+              "document's records share a partition and a side of the world's pool split (default: each record "
+              "is its own document)", nullable=True),
         Param("format", str, None, "file format when the extension does not say it", nullable=True,
               choices=tuple(FORMATS)),
         Param("pretrain_path", str, None, "pretraining corpus file (default: mini_pile's pretraining partition)",
@@ -525,14 +556,19 @@ class LocalText(Task):
         if not self.path:
             raise ConfigError("task 'local_text': parameter 'path' is required: give the data file, "
                               "e.g. params: {path: data/my_records.jsonl}")
+        if self.user_column and self.document_column:
+            raise ConfigError("task 'local_text': user_column and document_column are both set: with user_column "
+                              "the user is the membership unit and a user's records already share a partition; "
+                              "drop document_column")
 
     def build(self, cache=None) -> TaskData:
         cache_root = getattr(cache, "root", None)
         records, info = _load(self.path, text_column=self.text_column, id_column=self.id_column,
-                              user_column=self.user_column, format=self.format, cache_dir=cache_root)
+                              user_column=self.user_column, format=self.format, cache_dir=cache_root,
+                              document_column=self.document_column)
         unit = "user" if self.user_column else "record"
-        parts = partition_records(records, salt=self.salt, weights=pool_weights(self),
-                                  key="user" if self.user_column else "id")
+        key = "user" if self.user_column else "document" if self.document_column else "id"
+        parts = partition_records(records, salt=self.salt, weights=pool_weights(self), key=key)
         require_nonempty(parts, where=info["file"], n_records=len(records), unit=unit,
                          n_units=len({r["user"] for r in records}) if self.user_column else None)
         pretrain, prov, removed = load_pretrain(
@@ -542,7 +578,8 @@ class LocalText(Task):
         targets = [TargetRecord(r["id"], r["text"]) for r in parts["targets"]]
         meta = {r["id"]: {"user": r["user"]} for r in parts["targets"]} if self.user_column else {}
         src = {"name": "local_text", "kind": "local", "path": info["file"], "format": info["format"],
-               "text_column": self.text_column, "id_column": self.id_column, "user_column": self.user_column}
+               "text_column": self.text_column, "id_column": self.id_column, "user_column": self.user_column,
+               "document_column": self.document_column}
         stats = {"rows": info["rows"], "records": len(records), "duplicate_texts_dropped":
                  info["duplicate_texts_dropped"], "pretrain_removed_as_task_records": removed}
         if self.user_column:
@@ -551,4 +588,12 @@ class LocalText(Task):
             self.name, pretrain=pretrain, heldout=[r["text"] for r in parts["heldout"]],
             population=[r["text"] for r in parts["population"]], adapt=[r["text"] for r in parts["adapt"]],
             targets=targets, relation=relation, unit=unit, target_meta=meta, sources=[src, prov], stats=stats,
-            config=self.config, adapt_owners=[r["user"] for r in parts["adapt"]] if self.user_column else None)
+            config=self.config, adapt_owners=[r["user"] for r in parts["adapt"]] if self.user_column else None,
+            **({} if self.user_column else record_documents(parts, key)))
+
+
+def record_documents(parts: Mapping[str, Sequence[Mapping[str, Any]]], key: str = "id") -> dict[str, list[str]]:
+    """``adapt_docs`` and ``target_docs`` of a record task: each record's ``key`` (its document, or the record
+    itself when records are whole documents)."""
+    return {"adapt_docs": [str(r[key]) for r in parts["adapt"]],
+            "target_docs": [str(r[key]) for r in parts["targets"]]}

@@ -196,3 +196,92 @@ def test_partition_draw_is_an_explicit_opt_out_that_keys_its_worlds(data):
     assert "pool_draw" not in keyed_world(Challenger(data, WORLD, seed=0).config)  # older worlds keep their keys
     with pytest.raises(DataError, match="set world pool_draw: partition"):
         Challenger(data, {"n_per_group": 150, "n_null": 400, "adapt_background": 200}, seed=0)
+
+
+# ------------------------------------------------------------------------------------------------ tasks read from files
+
+def _rows(n: int, tag: str) -> list[str]:
+    words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma".split()
+    return [f"{tag} {i}: " + " ".join(words[(i * 7 + k * 3) % len(words)] for k in range(10)) for i in range(n)]
+
+
+@pytest.fixture
+def file_cache(tmp_path, monkeypatch):
+    from bench.cache import ArtifactCache
+    monkeypatch.setenv("PRIVBENCH_CACHE", str(tmp_path / "pbcache"))
+    pre = tmp_path / "pretrain.jsonl"
+    pre.write_text("".join(f'{{"text": "{t}"}}\n' for t in _rows(20, "pretraining")))
+    return ArtifactCache(tmp_path / "pbcache"), str(pre)
+
+
+def test_record_tasks_read_from_files_pool_too(tmp_path, file_cache):
+    """SAMSum, German Wikipedia and a user's own file keep one record per row, each its own document, and are
+    rebuilt by anyone from the same file: their worlds pool the adaptation and target partitions as mini_pile's do,
+    so the rule of tests/plugins/pool_filter_defense.py (drop the public target partition) finds nothing."""
+    import pandas as pd
+    from tasks.hub import SamSum
+    cache, pre = file_cache
+    dialogues = _rows(900, "Amanda")
+    f = tmp_path / "samsum.parquet"
+    pd.DataFrame({"id": [str(i) for i in range(900)], "dialogue": dialogues,
+                  "summary": [f"They talk {i}." for i in range(900)]}).to_parquet(f)
+    d = SamSum(source=str(f), pretrain_path=pre).build(cache)
+    assert d.target_docs == tuple(r.id for r in d.targets) and len(d.adapt_docs) == len(d.adapt)
+    assert pooled_draw_applies(d, known_a=False) and Challenger(d, WORLD, seed=0).pooled
+    pool = frozenset(r.text for r in d.targets)
+
+    def in_pool(texts):
+        kept = set(drop_public_targets(texts, pool))
+        return [float(t not in kept) for t in texts]
+
+    old = dataclasses.replace(d, target_docs=None, adapt_docs=None)
+    assert np.all(_exploit_aucs(old, in_pool, seeds=range(2)) == 1.0)
+    after = _exploit_aucs(d, in_pool)
+    assert abs(after.mean() - 0.5) < 0.06, after
+
+
+def test_local_text_keeps_a_document_on_one_side(tmp_path, file_cache):
+    """``document_column`` names the document of each record (chunks of one text): a document's records share a
+    partition of the task and a side of the world's split, so no background record is a sibling of a target."""
+    import json
+    from tasks.user_files import LocalText
+    cache, pre = file_cache
+    f = tmp_path / "mine.jsonl"
+    f.write_text("".join(json.dumps({"text": t, "doc": f"d{i // 5}"}) + "\n" for i, t in enumerate(_rows(1500, "x"))))
+    d = LocalText(path=str(f), document_column="doc", pretrain_path=pre).build(cache)
+    doc = {json.loads(line)["text"]: json.loads(line)["doc"] for line in f.read_text().splitlines()}
+    parts = {"heldout": d.heldout, "population": d.population, "adapt": d.adapt,
+             "targets": [r.text for r in d.targets]}
+    owner = {}
+    for name, texts in parts.items():
+        for t in texts:
+            assert owner.setdefault(doc[t], name) == name  # a document lies in one partition
+    assert d.target_docs == tuple(doc[r.text] for r in d.targets)
+    ch = Challenger(d, WORLD, seed=0, secret="s")
+    assert ch.pooled
+    _, _, background = inserted_and_background(ch)
+    assert not {doc[t] for t in background} & {doc[t] for t in ch.target_texts()}
+    # without the column every record is its own document, and the world still pools
+    plain = LocalText(path=str(f), pretrain_path=pre).build(cache)
+    assert plain.target_docs == tuple(r.id for r in plain.targets) and plain.fingerprint != d.fingerprint
+
+
+def test_documents_given_wrong_are_refused(tmp_path, file_cache):
+    import json
+    from bench.errors import ConfigError
+    from tasks.user_files import LocalText, assemble_task_data
+    cache, pre = file_cache
+    with pytest.raises(ConfigError, match="drop document_column"):
+        LocalText(path="x.jsonl", user_column="user", document_column="doc")
+    f = tmp_path / "holes.jsonl"
+    f.write_text("".join(json.dumps({"text": t, "doc": "" if i == 7 else "d"}) + "\n"
+                         for i, t in enumerate(_rows(50, "x"))))
+    with pytest.raises(DataError, match="document column 'doc' is empty: give every row its document"):
+        LocalText(path=str(f), document_column="doc", pretrain_path=pre).build(cache)
+    with pytest.raises(DataError, match="no document column 'chapter'.*set document_column"):
+        LocalText(path=str(f), document_column="chapter", pretrain_path=pre).build(cache)
+    kw = dict(pretrain=["p"], heldout=["h"], population=["q"], adapt=["a", "b"], targets=[], relation="ood")
+    with pytest.raises(DataError, match="2 adaptation records: give each adaptation record its document"):
+        assemble_task_data("t", **kw, adapt_docs=["d"], target_docs=[])
+    with pytest.raises(DataError, match="give both"):
+        assemble_task_data("t", **kw, adapt_docs=["d", "e"])

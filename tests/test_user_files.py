@@ -219,7 +219,8 @@ def test_local_text_builds_partitions_and_plays_with_the_challenger(tmp_path, ca
 
     ch = Challenger(d, small_world(), seed=0)
     assert len(ch.target_texts()) == 4 * 4 + 8  # the four groups and the null pool
-    assert set(ch.pretraining_inserts()) <= {t.text for t in d.targets}
+    assert ch.pooled  # targets and background from the adaptation and target partitions, split anew (bench.pools)
+    assert set(ch.pretraining_inserts()) <= {t.text for t in d.targets} | set(d.adapt)
     assert len(ch.adaptation_data().texts) == 4 + 8
 
 
