@@ -136,6 +136,10 @@ WORLD_PARAMS = (
           "(bench/pools.py), so a defense cannot recognise targets by their public partition; partition = the "
           "task's two partitions as built (about half the records, and that channel open: docs/submitting.md)",
           choices=("pooled", "partition")),
+    Param("background_in_pretraining", str, "none", "none = D's background is never in S (Marek et al. 2026: "
+          "different data for pretraining and adaptation); matched = as large a share of it is inserted into S as "
+          "of the b=1 targets (the (1,1) group), so that θ's memory of S marks no target among D̃ "
+          "(docs/submitting.md, \"Channels of the pools\")", choices=("none", "matched")),
 )
 
 
@@ -152,14 +156,16 @@ def b_only_game(spec: GameSpec) -> bool:
 
 def keyed_world(world: dict[str, Any]) -> dict[str, Any]:
     """The world settings as hashed into keys: ``n_audit`` and ``n_audit_pretrain`` only when > 0, and
-    ``pool_draw`` only when not ``pooled``, so worlds, runs and tracks written before them keep their keys (a pooled
-    world's key says so itself, ``Challenger.world_key``)."""
+    ``pool_draw`` only when not ``pooled`` and ``background_in_pretraining`` only when not ``none``, so worlds, runs
+    and tracks written before them keep their keys (a pooled world's key says so itself, ``Challenger.world_key``)."""
     out = dict(world)
     for name in ("n_audit", "n_audit_pretrain"):
         if not out.get(name):
             out.pop(name, None)
     if out.get("pool_draw", "pooled") == "pooled":
         out.pop("pool_draw", None)
+    if out.get("background_in_pretraining", "none") == "none":
+        out.pop("background_in_pretraining", None)
     return out
 
 
@@ -429,15 +435,30 @@ class Challenger:
         return [self._text[r] for r in sorted(self._group) if self._group[r][i] == 1]
 
     def pretraining_inserts(self) -> list[str]:
-        """Texts of the a=1 targets and of the pretraining audit canaries with c=1, each repeated
-        ``pretrain_target_repeats`` times.
+        """Texts of the a=1 targets, of the background records S shares with D (world ``background_in_pretraining``)
+        and of the pretraining audit canaries with c=1, each repeated ``pretrain_target_repeats`` times.
 
         Empty when membership in S is given by the data (known split, or overlap): nothing to insert.
         """
         if self.known_a or self.a_uncontrolled:
             return []
         canaries = [self._text[r] for u in sorted(self._pre_audit_in) for r in self._records[u]]
-        return (self.members("a") + canaries) * self.config["pretrain_target_repeats"]
+        inserts = self.members("a") + self.background_in_pretraining() + canaries
+        return inserts * self.config["pretrain_target_repeats"]
+
+    def background_in_pretraining(self) -> list[str]:
+        """The records of D's background that S also holds: none by default; with world ``background_in_pretraining:
+        matched``, a uniform draw (from the world's own stream) of as large a share of the background as the
+        (1,1) group is of the b=1 records, so that "θ has seen it" is as likely for a background record of D̃ as for
+        an inserted target, and a defense that drops what θ knows pays for it in utility at the targets' rate."""
+        if self.config["background_in_pretraining"] == "none" or self.known_a or self.a_uncontrolled:
+            return []
+        n_bg = self.config["adapt_background"]
+        b1 = [r for r in self._group if self._group[r][1] == 1]
+        n_b1 = len(b1) + sum(len(self._records[u]) for u in self._audit_in)
+        k = round(n_bg * sum(self._group[r][0] for r in b1) / n_b1) if n_b1 else 0
+        picked = np.random.default_rng([self.seed, 37, *self._salt]).choice(n_bg, size=k, replace=False)
+        return [self._data.adapt[i] for i in sorted(picked)]
 
     def games_defined(self) -> set[str]:
         """Games whose labels this world can honour."""

@@ -52,6 +52,68 @@ def test_adapt_game_is_chance_when_theta_prime_is_theta_and_pretraining_memorise
     assert np.mean(pos) == np.mean(neg) == 0.5        # a is independent of b by construction
 
 
+def _in_s_aucs(data, world, seeds, theta_of=None):
+    """Per world: AUC of "θ knows it" for "this record of D̃ is an inserted target" against D's background, with the
+    S oracle (the strongest such rule) and, given ``theta_of``, with θ's loss as tests/plugins/theta_dedup_defense.py
+    reads it."""
+    oracle, by_theta = [], []
+    for seed in seeds:
+        ch = Challenger(data, world, seed=seed, secret=f"s{seed}")
+        d_tilde = ch.adaptation_data().texts
+        inserted = set(ch.members("b"))
+        labels = np.array([t in inserted for t in d_tilde], dtype=int)
+        in_s = set(ch.pretraining_inserts())
+        oracle.append(roc_auc(labels, np.array([float(t in in_s) for t in d_tilde])))
+        if theta_of is not None:
+            theta = theta_of(ch)
+            loss = np.array([-s.logprobs.mean() for s in theta.token_signals(d_tilde)])
+            by_theta.append(roc_auc(labels, -loss))
+    return np.array(oracle), np.array(by_theta)
+
+
+def test_theta_memory_of_s_marks_targets_unless_the_background_shares_s():
+    """D's background is never in S, while the (1,1) targets are: a defense that drops what θ knows best drops
+    targets ahead of background (tests/plugins/theta_dedup_defense.py). With ``background_in_pretraining: matched``
+    as large a share of the background is in S as of the inserted targets, and the rule finds nothing."""
+    import sys
+    sys.path.insert(0, str(Path(__file__).parent / "plugins"))
+    from theta_dedup_defense import drop_what_theta_knows
+    from bench.game import keyed_world
+    data = make_task_data(n_targets=600, n_adapt=200, n_pretrain=50, seed=4)
+    world = {"n_per_group": 40, "n_null": 40, "adapt_background": 160, "pretrain_target_repeats": 4}
+    matched = dict(world, background_in_pretraining="matched")
+
+    def theta_of(ch):
+        return NgramLM(list(data.pretrain) + ch.pretraining_inserts(), name="θ")
+
+    oracle, by_theta = _in_s_aucs(data, world, range(3), theta_of)
+    assert np.all(oracle == 0.75)                     # half the inserted targets are in S, no background record
+    assert by_theta.mean() > 0.7, by_theta
+    oracle, by_theta = _in_s_aucs(data, matched, range(6), theta_of)
+    assert np.all(np.abs(oracle - 0.5) < 0.01), oracle
+    assert abs(by_theta.mean() - 0.5) < 0.06, by_theta
+    # what changes is S alone: D̃, the groups and the other inserts are the same, and the world has its own key
+    plain, mixed = Challenger(data, world, seed=0), Challenger(data, matched, seed=0)
+    assert plain.adaptation_data() == mixed.adaptation_data() and plain.members("a") == mixed.members("a")
+    extra = mixed.background_in_pretraining()
+    assert len(extra) == 80 and set(extra) <= set(data.adapt[:160]) and not plain.background_in_pretraining()
+    assert sorted(mixed.pretraining_inserts()) == sorted((plain.members("a") + extra) * 4)
+    assert plain.world_key != mixed.world_key and "background_in_pretraining" not in keyed_world(plain.config)
+    # the defense's rule drops a quarter of D̃: in the plain world most of the (1,1) targets go, in the matched
+    # world (1,1) targets and background go alike
+    for ch, bound in ((plain, None), (mixed, 0.12)):
+        theta = theta_of(ch)
+        d_tilde = ch.adaptation_data().texts
+        kept = set(drop_what_theta_knows(d_tilde, [-s.logprobs.mean() for s in theta.token_signals(d_tilde)], 0.25))
+        seen = set(ch.members("a")) & set(ch.members("b"))
+        s_background = set(ch.background_in_pretraining()) or set(data.adapt[:160])
+        gap = np.mean([t not in kept for t in seen]) - np.mean([t not in kept for t in s_background])
+        if bound is None:
+            assert gap > 0.5, gap
+        else:
+            assert abs(gap) < bound, gap
+
+
 def test_theta_is_a_function_of_a_alone_so_theta_prime_equal_theta_is_chance_over_b():
     """What θ is trained on depends on the a bits only, and the attacker's reference model on the task alone: flip
     every unit's b bit and θ's training data stays byte for byte the same while D̃ changes. So in every game over

@@ -58,7 +58,7 @@ def test_smoke_suite_loads():
     assert s.seeds == [0] and s.reference is True
     assert s.world == {"n_per_group": 60, "n_null": 400, "adapt_background": 60, "pretrain_target_repeats": 1,
                        "adapt_target_repeats": None, "n_validation": 100, "n_audit": 0, "n_audit_pretrain": 0,
-                       "pool_draw": "pooled"}
+                       "pool_draw": "pooled", "background_in_pretraining": "none"}
     assert s.metrics["n_boot"] == 500 and s.metrics["alpha"] == 0.05  # given, and a default filled in
     assert s.utility == {"n_heldout": 200, "n_generate": 24, "prompt_tokens": 32, "max_new_tokens": 32,
                          "retained": None}
