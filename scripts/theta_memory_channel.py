@@ -8,7 +8,8 @@ fine-tune), beside the same drop at random, in the dp/guard world with a secret 
 null games, held-out loss and utility retained. (How the rule ranks targets against background, with θ an n-gram
 model and with the S oracle: tests/test_fair_game.py.)
 
-    python scripts/theta_memory_channel.py            # about 6 minutes on 2 CPU cores
+    python scripts/theta_memory_channel.py                    # about 3.5 minutes on 2 CPU cores
+    python scripts/theta_memory_channel.py --drop-share 0.15  # a drop about the size of the (1,1) group
 """
 
 from __future__ import annotations
@@ -25,15 +26,16 @@ from bench.suite import parse_suite
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "plugins"))
 import theta_dedup_defense  # noqa: E402,F401  (registers the plugin "theta_dedup")
 
-DEFENSES = ["none", "finetune", {"name": "theta_dedup", "label": "theta_dedup"},
-            {"name": "theta_dedup", "label": "random_drop", "params": {"order": "random"}}]
 
-
-def suite(setting: str, seed: int) -> dict:
+def suite(setting: str, seed: int, drop_share: float = 0.25) -> dict:
     return {"name": f"theta-memory-{setting}", "seeds": [seed],
             "tasks": [{"name": "mini_pile", "label": "wiki", "params": {"adapt_domain": "wiki"}}],
             "models": [{"name": "nano", "params": {"pretrain_tokens": 250000, "reference_tokens": 120000}}],
-            "defenses": DEFENSES, "attacks": ["loss", "min_k"], "games": ["adapt", "joint/seen", "null"],
+            "defenses": ["none", "finetune",
+                         {"name": "theta_dedup", "label": "theta_dedup", "params": {"drop_share": drop_share}},
+                         {"name": "theta_dedup", "label": "random_drop",
+                          "params": {"drop_share": drop_share, "order": "random"}}],
+            "attacks": ["loss", "min_k"], "games": ["adapt", "joint/seen", "null"],
             "reference": False, "metrics": {"n_boot": 200}, "utility": {"n_heldout": 200},
             "world": {"n_per_group": 60, "n_null": 400, "adapt_background": 200,
                       "background_in_pretraining": setting}}
@@ -43,6 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", default="/tmp/privbench-theta-memory", help="cache and databases")
     parser.add_argument("--seed", type=int, default=0, help="the world seed")
+    parser.add_argument("--drop-share", type=float, default=0.25, help="share of D̃ both drops remove")
     args = parser.parse_args()
     root = Path(args.workdir)
     root.mkdir(parents=True, exist_ok=True)
@@ -51,8 +54,8 @@ def main() -> None:
     print(f"{'background in S':16s} {'defense':18s} {'adapt: loss':>11s} {'min_k':>6s} {'seen: loss':>10s} "
           f"{'min_k':>6s} {'null: loss':>10s} {'held-out':>9s} {'retained':>8s}")
     for setting in ("none", "matched"):
-        raw = suite(setting, args.seed)
-        store = Store(f"sqlite:///{root / (setting + '.db')}")
+        raw = suite(setting, args.seed, args.drop_share)
+        store = Store(f"sqlite:///{root / f'{setting}-{args.drop_share}.db'}")
         run = Runner(parse_suite(raw), store, cache, quiet=True, draw_secret=secret).run()
         auc = {(r["defense"], r["game"], r["attack"]): r["value"] for r in store.metric_rows(run.run_id)
                if r["metric"] == "auc"}
