@@ -320,7 +320,7 @@ def _load(path: str | Path, *, text_column: str = "text", id_column: str | None 
     for role, col in need:
         if col not in info.columns:
             cols = ", ".join(repr(c) for c in info.columns) or "none"
-            flag = {"text": "text_column", "id": "id_column", "user": "user_column", "document": "document_column"}[role]
+            flag = f"{role}_column"
             raise DataError(f"{p}: no {role} column '{col}' (columns present: {cols}): set {flag} to one of them")
     records: list[dict[str, str]] = []
     seen_ids: dict[str, int] = {}
