@@ -8,7 +8,7 @@ fine-tune), beside the same drop at random, in the dp/guard world with a secret 
 null games, held-out loss and utility retained. (How the rule ranks targets against background, with θ an n-gram
 model and with the S oracle: tests/test_fair_game.py.)
 
-    python scripts/theta_memory_channel.py                    # about 3.5 minutes on 2 CPU cores
+    python scripts/theta_memory_channel.py                    # about 4 minutes cold on 2 CPU cores
     python scripts/theta_memory_channel.py --drop-share 0.15  # a drop about the size of the (1,1) group
 """
 

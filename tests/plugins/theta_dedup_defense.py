@@ -15,6 +15,8 @@ import torch
 
 from bench.params import Param
 from bench.registry import register_defense
+from bench.training import collate
+from defenses.dp import record_losses
 from defenses.finetune import FineTune
 
 
@@ -30,21 +32,12 @@ def drop_what_theta_knows(texts, losses, share: float) -> list[str]:
 def mean_token_loss(model, ctx, texts, batch_size: int = 16) -> list[float]:
     """Mean next-token loss of each text under ``model`` (θ as the defense receives it)."""
     model.eval()
-    out = []
+    out: list[float] = []
     seqs = ctx.encode(list(texts))
     for i in range(0, len(seqs), batch_size):
-        batch = seqs[i:i + batch_size]
-        width = max(len(s) for s in batch)
-        ids = torch.full((len(batch), width), ctx.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for j, s in enumerate(batch):
-            ids[j, :len(s)] = torch.tensor(s)
-            mask[j, :len(s)] = 1
+        ids, mask, _ = collate(seqs[i:i + batch_size], ctx.pad_id)
         ids, mask = ids.to(ctx.device), mask.to(ctx.device)
-        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1].float()
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-        m = mask[:, 1:].float()
-        out.extend(((nll * m).sum(1) / m.sum(1).clamp(min=1)).tolist())
+        out.extend(record_losses(model(input_ids=ids, attention_mask=mask).logits, ids, mask).tolist())
     return out
 
 
