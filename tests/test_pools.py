@@ -135,15 +135,19 @@ def _exploit_aucs(data, score, seeds=range(12)):
     return np.array(out)
 
 
+def partition_rule(pool: frozenset[str]):
+    """The dishonest score of tests/plugins/pool_filter_defense.py: 1 for a record it would drop."""
+    def score(texts):
+        kept = set(drop_public_targets(texts, pool))
+        return [float(t not in kept) for t in texts]
+    return score
+
+
 def test_filtering_the_public_target_partition_no_longer_finds_the_targets(data):
     """The channel as it was: with the background from the adaptation partition, dropping every record of D̃ in
     the public target partition drops exactly the targets (AUC 1). From one pool split by document, the targets
     are no likelier to lie in that partition than the background is."""
-    pool = frozenset(r.text for r in data.targets)
-
-    def in_pool(texts):
-        kept = set(drop_public_targets(texts, pool))
-        return [float(t not in kept) for t in texts]
+    in_pool = partition_rule(frozenset(r.text for r in data.targets))
 
     before = _exploit_aucs(dataclasses.replace(data, target_docs=None, adapt_docs=None), in_pool, seeds=range(3))
     assert np.all(before == 1.0)
@@ -228,11 +232,7 @@ def test_record_tasks_read_from_files_pool_too(tmp_path, file_cache):
     d = SamSum(source=str(f), pretrain_path=pre).build(cache)
     assert d.target_docs == tuple(r.id for r in d.targets) and len(d.adapt_docs) == len(d.adapt)
     assert pooled_draw_applies(d, known_a=False) and Challenger(d, WORLD, seed=0).pooled
-    pool = frozenset(r.text for r in d.targets)
-
-    def in_pool(texts):
-        kept = set(drop_public_targets(texts, pool))
-        return [float(t not in kept) for t in texts]
+    in_pool = partition_rule(frozenset(r.text for r in d.targets))
 
     old = dataclasses.replace(d, target_docs=None, adapt_docs=None)
     assert np.all(_exploit_aucs(old, in_pool, seeds=range(2)) == 1.0)
