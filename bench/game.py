@@ -137,9 +137,10 @@ WORLD_PARAMS = (
           "task's two partitions as built (about half the records, and that channel open: docs/submitting.md)",
           choices=("pooled", "partition")),
     Param("background_in_pretraining", str, "none", "none = D's background is never in S (Marek et al. 2026: "
-          "different data for pretraining and adaptation); matched = as large a share of it is inserted into S as "
-          "of the b=1 targets (the (1,1) group), so that θ's memory of S marks no target among D̃ "
-          "(docs/submitting.md, \"Channels of the pools\")", choices=("none", "matched")),
+          "different data for pretraining and adaptation); matched = as large a share of its units is inserted into "
+          "S as of the b=1 units (the (1,1) group), so that θ's memory of S marks no target among D̃ "
+          "(docs/submitting.md, \"Channels of the pools\"); no effect where the data fixes a (known split, "
+          "overlap)", choices=("none", "matched")),
 )
 
 
@@ -448,17 +449,37 @@ class Challenger:
 
     def background_in_pretraining(self) -> list[str]:
         """The records of D's background that S also holds: none by default; with world ``background_in_pretraining:
-        matched``, a uniform draw (from the world's own stream) of as large a share of the background as the
-        (1,1) group is of the b=1 records, so that "θ has seen it" is as likely for a background record of D̃ as for
-        an inserted target, and a defense that drops what θ knows pays for it in utility at the targets' rate."""
+        matched``, a uniform draw (from the world's own stream) of as large a share of the background's units as the
+        (1,1) group is of the b=1 units, each drawn unit with all its background records, so that "θ has seen it"
+        is as likely for a background unit of D̃ as for an inserted target, and a defense that drops what θ knows
+        pays for it in utility at the targets' rate.
+
+        Units are the task's: a record, a user (the background records' owners) or a secret (the background records
+        carrying the same secrets). Drawing records of a user task would leave every (1,1) user wholly in S and
+        every background user about half in it, which a defense that scores users by θ would still tell apart."""
         if self.config["background_in_pretraining"] == "none" or self.known_a or self.a_uncontrolled:
             return []
+        units = self._background_units()
+        b1 = [u for u, (_, b) in self._unit_group.items() if b == 1]
+        n_b1 = len(b1) + len(self._audit_in)
+        k = round(len(units) * sum(self._unit_group[u][0] for u in b1) / n_b1) if n_b1 else 0
+        picked = np.random.default_rng([self.seed, 37, *self._salt]).choice(len(units), size=k, replace=False)
+        return [self._data.adapt[i] for i in sorted(i for j in picked for i in units[j])]
+
+    def _background_units(self) -> list[list[int]]:
+        """Indices of D's background records grouped by membership unit, in order of first record."""
         n_bg = self.config["adapt_background"]
-        b1 = [r for r in self._group if self._group[r][1] == 1]
-        n_b1 = len(b1) + sum(len(self._records[u]) for u in self._audit_in)
-        k = round(n_bg * sum(self._group[r][0] for r in b1) / n_b1) if n_b1 else 0
-        picked = np.random.default_rng([self.seed, 37, *self._salt]).choice(n_bg, size=k, replace=False)
-        return [self._data.adapt[i] for i in sorted(picked)]
+        if self.unit == "user" and self._data.adapt_owners is not None:  # without owners D̃ is refused anyway
+            keys = list(self._data.adapt_owners[:n_bg])
+        elif self.unit == "secret":
+            per_text, _ = secrets_of(self._data, self._data.adapt[:n_bg])
+            keys = [tuple(s) if s else ("record", i) for i, s in enumerate(per_text)]
+        else:
+            return [[i] for i in range(n_bg)]
+        groups: dict[Any, list[int]] = {}
+        for i, key in enumerate(keys):
+            groups.setdefault(key, []).append(i)
+        return list(groups.values())
 
     def games_defined(self) -> set[str]:
         """Games whose labels this world can honour."""

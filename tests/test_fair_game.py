@@ -114,6 +114,68 @@ def test_theta_memory_of_s_marks_targets_unless_the_background_shares_s():
             assert abs(gap) < bound, gap
 
 
+def _unit_task(unit: str, seed: int = 8):
+    """A user or secret task of 4 records per target unit and background units of 1-5 records each (owners, or
+    secrets carried by several background records), every text unique."""
+    import dataclasses
+    data = make_task_data(n_targets=480, n_adapt=400, seed=seed)
+    rng = np.random.default_rng(seed)
+    sizes = rng.integers(1, 6, size=len(data.adapt))
+    bg_unit = np.repeat(np.arange(len(sizes)), sizes)[:len(data.adapt)]
+    if unit == "user":
+        meta = {r.id: {"user": f"u{i // 4}"} for i, r in enumerate(data.targets)}
+        return dataclasses.replace(data, unit="user", target_meta=meta,
+                                   adapt_owners=tuple(f"bg{j}" for j in bg_unit))
+    secret = {f"t{i // 4}": i // 4 for i in range(len(data.targets))}
+    secret.update({f"b{j}": 1000 + int(j) for j in bg_unit})
+    meta = {r.id: {"secret": f"key{i // 4}x", "secret_id": f"t{i // 4}", "p": 0.5, "r": 0.5}
+            for i, r in enumerate(data.targets)}
+    targets = tuple(dataclasses.replace(r, text=f"{r.text} key{i // 4}x") for i, r in enumerate(data.targets))
+    adapt = tuple(f"{t} bgkey{j}x" for t, j in zip(data.adapt, bg_unit))
+    spec = {f"bgkey{j}x": {"secret_id": f"b{j}", "p": 0.5, "r": 0.5} for j in set(bg_unit.tolist())}
+    spec.update({m["secret"]: {"secret_id": m["secret_id"], "p": 0.5, "r": 0.5} for m in meta.values()})
+    return dataclasses.replace(data, unit="secret", target_meta=meta, targets=targets, adapt=adapt, secret_spec=spec)
+
+
+@pytest.mark.parametrize("unit", ["user", "secret"])
+def test_matched_background_shares_s_by_whole_units(unit):
+    """On user and secret tasks a defense reads the units of D̃ (owners, secrets carried) and asks of each how much
+    of it θ has seen: a target unit is wholly in S or wholly out of it. Matching the background record by record
+    leaves every background unit of several records partly in S, and "wholly in or wholly out" marks the targets;
+    drawing the background's units whole, as ``matched`` does, leaves that rule and "wholly in S" at chance."""
+    data = _unit_task(unit)
+    world = {"n_per_group": 20, "n_null": 8, "adapt_background": 400, "n_validation": 0,
+             "background_in_pretraining": "matched"}
+
+    def unit_aucs(ch):
+        d = ch.adaptation_data()
+        keys = d.users if unit == "user" else [s[0] for s in d.secrets]
+        in_s, inserted = set(ch.pretraining_inserts()), set(ch.members("b"))
+        share, target = {}, {}
+        for k, t in zip(keys, d.texts):
+            share.setdefault(k, []).append(t in in_s)
+            target[k] = t in inserted
+        ks = sorted(share)
+        labels = np.array([target[k] for k in ks], dtype=int)
+        whole = np.array([float(all(share[k])) for k in ks])
+        extreme = np.array([float(all(share[k]) or not any(share[k])) for k in ks])
+        return roc_auc(labels, whole), roc_auc(labels, extreme)
+
+    by_unit = np.array([unit_aucs(Challenger(data, world, seed=s, secret=f"s{s}")) for s in range(4)])
+    assert np.all(np.abs(by_unit - 0.5) < 0.05), by_unit
+    # the exploit against a record-level match of the same share
+    by_record = []
+    for s in range(4):
+        ch = Challenger(data, world, seed=s, secret=f"s{s}")
+        ch._background_units = lambda n=world["adapt_background"]: [[i] for i in range(n)]
+        by_record.append(unit_aucs(ch))
+    assert np.mean([e for _, e in by_record]) > 0.7, by_record    # 0.75-0.81 per seed
+    ch = Challenger(data, world, seed=0)
+    units = ch._background_units()
+    assert sum(map(len, units)) == 400 and len(units) < 200            # several records per background unit
+    assert 0.3 < len(ch.background_in_pretraining()) / 400 < 0.7
+
+
 def test_theta_is_a_function_of_a_alone_so_theta_prime_equal_theta_is_chance_over_b():
     """What θ is trained on depends on the a bits only, and the attacker's reference model on the task alone: flip
     every unit's b bit and θ's training data stays byte for byte the same while D̃ changes. So in every game over
