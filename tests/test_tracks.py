@@ -29,6 +29,15 @@ def test_bundled_tracks_load_with_anchors_and_distinct_hashes():
         assert "null" not in {g.name for g in suite.games} or null >= 200, n   # null controls with power
 
 
+def test_tracks_that_pretrain_theta_put_a_matched_share_of_the_background_in_s():
+    """The leaderboard ranks defenses where θ's memory of S marks no target of D̃ (docs/submitting.md): every track
+    whose θ privbench pretrains sets ``background_in_pretraining: matched``; a track on a released model cannot."""
+    for n in bundled_tracks():
+        suite = parse_suite(load_track(n).suite_raw())
+        scratch = all(m.source == "scratch" for m in suite.models)
+        assert suite.world["background_in_pretraining"] == ("matched" if scratch else "none"), n
+
+
 def test_a_suite_naming_a_track_inherits_it_and_records_its_hash():
     s = parse_suite({"track": "quick", "name": "mine", "defenses": ["lora", {"name": "finetune", "label": "ft2",
                                                                             "params": {"epochs": 2}}]})
