@@ -310,6 +310,8 @@ def export_bytes(frame: pd.DataFrame, fmt: str) -> bytes:
 # ---------------------------------------------------------------- per track: groups, ranking, display
 
 ANCHOR_LABELS = ("none", "finetune")
+#: the anchor whose training time the cost column compares every configuration's with
+FINETUNE_ANCHOR = "finetune"
 PRIMARY_TRACK = "quick"
 GAME_ORDER = ["pretrain", "adapt", "joint/fresh", "joint/seen", "joint/both", "post_adapt", "null"]
 RANK_METRIC = "tpr@1%fpr"
@@ -515,9 +517,13 @@ def _train_cost(configs: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
     """Per configuration: ``train_seconds``, the mean over seeds of the adaptation's wall time, and
     ``train_seconds_source``. A seed's time is what privbench measured around ``adapt`` (utility ``adapt_seconds``)
     where stored; a run made before privbench measured it has only the defense's own report (``train_seconds``),
-    and any configuration that leans on one such seed is marked ``self-reported``."""
+    and any configuration that leans on one such seed is marked ``self-reported``.
+
+    ``train_vs_finetune`` is the mean over seeds of a seed's measured time over the ``finetune`` anchor's measured
+    time in the same run and seed: the two ran on one machine, so the ratio compares configurations run on machines
+    of different speeds, where seconds do not (NaN without a measured anchor beside it)."""
     on = ["run", "task", "model", "defense", "seed"]
-    cols = KEYS + ["train_seconds", "train_seconds_source"]
+    cols = KEYS + ["train_seconds", "train_seconds_source", "train_vs_finetune"]
     adapted = utility[(utility["role"] == "adapted") & utility["metric"].isin(["adapt_seconds", "train_seconds"])]
     rows = configs.merge(adapted[on + ["metric", "value"]], on=on, how="inner")
     if rows.empty:
@@ -530,6 +536,16 @@ def _train_cost(configs: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
     per_seed = per_seed[per_seed["value"].notna()].reset_index()
     out = per_seed.groupby(KEYS).agg(train_seconds=("value", "mean"), reported=("reported", "any")).reset_index()
     out["train_seconds_source"] = np.where(out["reported"], "self-reported", "measured")
+    # the anchor of the configuration's own run and seed, whichever run is the anchor's latest
+    world = ["run", "task", "model", "seed"]
+    timed = rows[rows["metric"] == "adapt_seconds"].groupby(KEYS + ["run", "seed"])["value"].sum(min_count=1)
+    timed = timed.rename("seconds")
+    anchor = adapted[(adapted["defense"] == FINETUNE_ANCHOR) & (adapted["metric"] == "adapt_seconds")]
+    anchor = anchor.groupby(world)["value"].sum(min_count=1).rename("anchor_seconds")
+    rates = timed.reset_index().merge(anchor.reset_index(), on=world, how="inner")
+    rates["ratio"] = rates["seconds"] / rates["anchor_seconds"].where(rates["anchor_seconds"] > 0)
+    ratio = rates.dropna(subset=["ratio"]).groupby(KEYS)["ratio"].mean().rename("train_vs_finetune").reset_index()
+    out = out.merge(ratio, on=KEYS, how="left")
     return out[cols]
 
 
@@ -594,7 +610,7 @@ RANKING_COLUMNS = ["rank", "pareto_layer", "anchor", "config_id", "defense", "na
                    "params_summary", "task", "model", "game", "tpr", "tpr_low", "tpr_high", "tpr_ci_kind", "tpr_attack",
                    "auc", "auc_low", "auc_high", "auc_ci_kind", "auc_attack", "n_attacks", "retained", "retained_sd",
                    "retained_low", "retained_high", "retained_n", "guarantee", "guarantees", "train_seconds",
-                   "train_seconds_source",
+                   "train_seconds_source", "train_vs_finetune",
                    "attack_seconds", "n_seeds", "seeds", "runs", "code_version", "command", "submitted"]
 
 
@@ -668,6 +684,14 @@ def _seconds(v) -> str:
     return f"{v:.1f} s" if v < 10 else f"{v:.0f} s"
 
 
+def _vs_finetune(r: dict) -> str:
+    """" (0.83× finetune)": the training time against the anchor's in the same runs, for every row but the anchor."""
+    v = r.get("train_vs_finetune")
+    if r.get("defense") == FINETUNE_ANCHOR or v is None or not np.isfinite(v):
+        return ""
+    return f" ({v:.2f}× finetune)"
+
+
 def display_ranking(ranking: pd.DataFrame) -> pd.DataFrame:
     """The ranked table as people read it (:data:`DISPLAY_COLUMNS`, every cell text): what the app's first screen
     and the exported index.html both show, cell for cell."""
@@ -692,7 +716,8 @@ def display_ranking(ranking: pd.DataFrame) -> pd.DataFrame:
                      "worst attack": ta if ta == aa else f"{ta} / {aa}",
                      "utility retained [95% CI]": _value_ci(r["retained"], r["retained_low"], r["retained_high"]),
                      "guarantee": r["guarantee"],
-                     "cost (train+attack)": f"{_seconds(r['train_seconds'])} + {_seconds(r['attack_seconds'])}"
+                     "cost (train+attack)": f"{_seconds(r['train_seconds'])}{_vs_finetune(r)} + "
+                                            f"{_seconds(r['attack_seconds'])}"
                                             + (" (train self-reported)"
                                                if r.get("train_seconds_source") == "self-reported" else ""),
                      "seeds": str(int(r["n_seeds"]))})

@@ -601,6 +601,35 @@ def test_train_cost_prefers_what_privbench_measured():
     assert shown == ["32 s + 1.0 s", "6.0 s + 1.0 s (train self-reported)"]
 
 
+def test_train_cost_against_the_finetune_anchor_of_the_same_run():
+    """Seconds depend on the machine; the ratio to the finetune anchor trained in the same run and seed does not. A
+    configuration is compared with its own run's anchor even where the anchor's latest run is another one, and a
+    run without a measured anchor gets no ratio."""
+    from leaderboard.aggregate import _train_cost, display_ranking, RANKING_COLUMNS
+    keys = dict(task="t", model="m", params="{}")
+    # run 1 on a fast machine (lora, finetune); run 2 on one twice as slow (a submission and the anchors again);
+    # run 3 has no finetune anchor
+    times = {(1, "finetune"): (10.0, 12.0), (1, "lora"): (5.0, 6.0), (2, "finetune"): (20.0, 24.0),
+             (2, "mine"): (30.0, 36.0), (3, "solo"): (8.0, 8.0)}
+    util = pd.DataFrame([dict(run=r, defense=d, seed=s, role="adapted", dataset="heldout", metric="adapt_seconds",
+                              value=v, **keys) for (r, d), vs in times.items() for s, v in enumerate(vs)])
+    configs = pd.DataFrame([dict(run=r, defense=d, seed=s, **keys) for (r, d) in times if (r, d) != (1, "finetune")
+                            for s in (0, 1)])   # the anchor's latest run is run 2
+    cost = _train_cost(configs, util).set_index("defense")
+    assert cost.loc["lora", "train_vs_finetune"] == pytest.approx(0.5)    # against run 1's anchor, not run 2's
+    assert cost.loc["mine", "train_vs_finetune"] == pytest.approx(1.5)
+    assert cost.loc["finetune", "train_vs_finetune"] == pytest.approx(1.0)
+    assert np.isnan(cost.loc["solo", "train_vs_finetune"])
+    assert cost.loc["mine", "train_seconds"] == pytest.approx(33.0)
+    ranking = pd.DataFrame([{c: np.nan for c in RANKING_COLUMNS} | {
+        "anchor": d == "finetune", "rank": 1.0, "defense": d, "name": d, "version": "1", "params_summary": "",
+        "n_seeds": 2, "guarantee": "—", "tpr_attack": "loss", "auc_attack": "loss", "attack_seconds": 1.0,
+        "train_seconds": cost.loc[d, "train_seconds"], "train_vs_finetune": cost.loc[d, "train_vs_finetune"],
+        "train_seconds_source": "measured"} for d in ("mine", "finetune", "solo")])
+    shown = display_ranking(ranking)["cost (train+attack)"].tolist()
+    assert shown == ["33 s (1.50× finetune) + 1.0 s", "22 s + 1.0 s", "8.0 s + 1.0 s"]
+
+
 def test_display_and_params_summary():
     from leaderboard.aggregate import params_summary
     summary = params_summary(json.dumps({"lr": 0.002, "epochs": 4.0, "r": 8, "batch_size": 16}))
@@ -621,7 +650,7 @@ def test_display_ranking_cells(tracks_db):
     half = stats.t.ppf(0.975, 1) * np.std([0.29, 0.31], ddof=1) / np.sqrt(2)
     assert row["TPR@1%FPR [95% CI]"] == f"0.300 [{0.3 - half:.3f}, {0.3 + half:.3f}]"
     assert row["worst attack"] == "loss" and row["seeds"] == "2" and row["guarantee"] == "—"
-    assert row["cost (train+attack)"] == "15 s + 1.0 s"
+    assert row["cost (train+attack)"] == "15 s (1.00× finetune) + 1.0 s"
     assert shown.set_index("rank").loc["3", "defense"] == "dp-eps8 (dp_adapt 0.2.0)"
     assert shown[shown["defense"].str.startswith("nout")]["utility retained [95% CI]"].tolist() == ["—"]
 
