@@ -626,8 +626,10 @@ def test_train_cost_against_the_finetune_anchor_of_the_same_run():
         "n_seeds": 2, "guarantee": "—", "tpr_attack": "loss", "auc_attack": "loss", "attack_seconds": 1.0,
         "train_seconds": cost.loc[d, "train_seconds"], "train_vs_finetune": cost.loc[d, "train_vs_finetune"],
         "train_seconds_source": "measured"} for d in ("mine", "finetune", "solo")])
+    ranking.loc[len(ranking)] = ranking.iloc[0].to_dict() | {"defense": "none", "anchor": True, "train_seconds": 0.01,
+                                                              "train_vs_finetune": 0.0005}
     shown = display_ranking(ranking)["cost (train+attack)"].tolist()
-    assert shown == ["33 s (1.50× finetune) + 1.0 s", "22 s + 1.0 s", "8.0 s + 1.0 s"]
+    assert shown == ["33 s (1.50× finetune) + 1.0 s", "22 s + 1.0 s", "8.0 s + 1.0 s", "0.0 s + 1.0 s"]
 
 
 def test_display_and_params_summary():
