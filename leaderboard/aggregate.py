@@ -688,7 +688,7 @@ def _vs_finetune(r: dict) -> str:
     """" (0.83× finetune)": the training time against the finetune anchor's in the same runs, for every row but the
     anchors (``none`` trains nothing, ``finetune`` is the unit)."""
     v = r.get("train_vs_finetune")
-    if bool(r.get("anchor")) or r.get("defense") == FINETUNE_ANCHOR or v is None or not np.isfinite(v):
+    if bool(r.get("anchor")) or v is None or not np.isfinite(v):
         return ""
     return f" ({v:.2f}× finetune)"
 
