@@ -126,8 +126,6 @@ def _unit_task(unit: str, seed: int = 8):
         meta = {r.id: {"user": f"u{i // 4}"} for i, r in enumerate(data.targets)}
         return dataclasses.replace(data, unit="user", target_meta=meta,
                                    adapt_owners=tuple(f"bg{j}" for j in bg_unit))
-    secret = {f"t{i // 4}": i // 4 for i in range(len(data.targets))}
-    secret.update({f"b{j}": 1000 + int(j) for j in bg_unit})
     meta = {r.id: {"secret": f"key{i // 4}x", "secret_id": f"t{i // 4}", "p": 0.5, "r": 0.5}
             for i, r in enumerate(data.targets)}
     targets = tuple(dataclasses.replace(r, text=f"{r.text} key{i // 4}x") for i, r in enumerate(data.targets))
