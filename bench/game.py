@@ -473,7 +473,7 @@ class Challenger:
             keys = list(self._data.adapt_owners[:n_bg])
         elif self.unit == "secret":
             per_text, _ = secrets_of(self._data, self._data.adapt[:n_bg])
-            keys = [tuple(s) if s else ("record", i) for i, s in enumerate(per_text)]
+            keys = [s or ("record", i) for i, s in enumerate(per_text)]
         else:
             return [[i] for i in range(n_bg)]
         groups: dict[Any, list[int]] = {}
