@@ -528,8 +528,9 @@ def _train_cost(configs: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
     rows = configs.merge(adapted[on + ["metric", "value"]], on=on, how="inner")
     if rows.empty:
         return pd.DataFrame(columns=cols)
-    # a seed's rows summed (min_count: a stored NULL stays missing, never a measured 0 s)
-    wide = rows.groupby(KEYS + ["seed", "metric"])["value"].sum(min_count=1).unstack("metric")
+    # a seed's rows summed (min_count: a stored NULL stays missing, never a measured 0 s); one run per configuration
+    # and seed (``configs`` holds the latest), kept in the index so the anchor of that run can be found
+    wide = rows.groupby(KEYS + ["run", "seed", "metric"])["value"].sum(min_count=1).unstack("metric")
     measured = wide["adapt_seconds"] if "adapt_seconds" in wide else pd.Series(np.nan, index=wide.index)
     reported = wide["train_seconds"] if "train_seconds" in wide else pd.Series(np.nan, index=wide.index)
     per_seed = pd.DataFrame({"value": measured.fillna(reported), "reported": measured.isna() & reported.notna()})
@@ -538,11 +539,9 @@ def _train_cost(configs: pd.DataFrame, utility: pd.DataFrame) -> pd.DataFrame:
     out["train_seconds_source"] = np.where(out["reported"], "self-reported", "measured")
     # the anchor of the configuration's own run and seed, whichever run is the anchor's latest
     world = ["run", "task", "model", "seed"]
-    timed = rows[rows["metric"] == "adapt_seconds"].groupby(KEYS + ["run", "seed"])["value"].sum(min_count=1)
-    timed = timed.rename("seconds")
     anchor = adapted[(adapted["defense"] == FINETUNE_ANCHOR) & (adapted["metric"] == "adapt_seconds")]
     anchor = anchor.groupby(world)["value"].sum(min_count=1).rename("anchor_seconds")
-    rates = timed.reset_index().merge(anchor.reset_index(), on=world, how="inner")
+    rates = measured.rename("seconds").reset_index().merge(anchor.reset_index(), on=world, how="inner")
     rates["ratio"] = rates["seconds"] / rates["anchor_seconds"].where(rates["anchor_seconds"] > 0)
     ratio = rates.dropna(subset=["ratio"]).groupby(KEYS)["ratio"].mean().rename("train_vs_finetune").reset_index()
     out = out.merge(ratio, on=KEYS, how="left")
