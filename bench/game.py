@@ -56,14 +56,17 @@ from typing import Any
 
 import numpy as np
 
-from bench.errors import CapabilityError, DataError
+from bench.errors import CapabilityError, ConfigError, DataError
 from bench.hashing import content_hash
 from bench.lm import (
     FINETUNE_REFERENCE, MODEL_CAPABILITIES, POPULATION, REFERENCE_MODEL, SHADOW_MODELS, USER_SAMPLES, LanguageModel,
     RestrictedModel,
 )
 from bench.params import Param, validate_params
-from bench.pools import POOLED_DRAW_VERSION, pooled_draw_applies, split_pool
+from bench.pools import (
+    KNOWN_A_DRAW_VERSION, POOLED_DRAW_VERSION, known_a_draw_applies, pooled_draw_applies, split_known_pool,
+    split_pool,
+)
 from bench.task import TaskData
 from bench.units import (
     AUDIT_POOL, AUDIT_PRETRAIN_POOL, GROUPS, NULL_POOL, draw_unit_groups, group_targets_by_unit, owners_of, secrets_of, unit_samples,
@@ -133,14 +136,17 @@ WORLD_PARAMS = (
           "10); null = the task's own repeats, else 1", low=1, nullable=True),
     Param("pool_draw", str, "pooled", "where targets and D's background come from on tasks of natural text: pooled "
           "= the adaptation and target partitions pooled and split by document under the world's salt "
-          "(bench/pools.py), so a defense cannot recognise targets by their public partition; partition = the "
-          "task's two partitions as built (about half the records, and that channel open: docs/submitting.md)",
+          "(bench/pools.py), so a defense cannot recognise targets by their public partition; on tasks with a "
+          "known pretraining split (mimir, pile_split) the members and the non-members of both partitions split "
+          "at random into targets and background likewise; partition = the task's two partitions as built (about "
+          "half the records, and that channel open: docs/submitting.md)",
           choices=("pooled", "partition")),
     Param("background_in_pretraining", str, "none", "none = D's background is never in S (Marek et al. 2026: "
           "different data for pretraining and adaptation); matched = as large a share of its units is inserted into "
           "S as of the b=1 units (the (1,1) group), so that θ's memory of S marks no target among D̃ "
-          "(docs/submitting.md, \"Channels of the pools\"); no effect where the data fixes a (known split, "
-          "overlap)", choices=("none", "matched")),
+          "(docs/submitting.md, \"Channels of the pools\"); on a known split (mimir, pile_split) the background "
+          "takes that share of its records from the task's members instead (pool_draw: pooled only); no effect "
+          "on overlap tasks", choices=("none", "matched")),
 )
 
 
@@ -171,7 +177,6 @@ def keyed_world(world: dict[str, Any]) -> dict[str, Any]:
 
 
 def resolve_games(names: list[str] | str) -> list[GameSpec]:
-    from bench.errors import ConfigError
     if names == "all" or names == ["all"]:
         return [GAMES[n] for n in DEFAULT_GAMES]
     if isinstance(names, str):
@@ -358,7 +363,15 @@ class Challenger:
         self.known_a = bool(data.targets) and all("a" in data.target_meta.get(r.id, {}) for r in data.targets)
         #: targets and background from one pool split by document under the world's salt (bench.pools)
         self.pooled = c["pool_draw"] == "pooled" and pooled_draw_applies(data, known_a=self.known_a)
+        #: members and non-members split at random into targets and background under the world's salt (bench.pools)
+        self.known_a_pooled = c["pool_draw"] == "pooled" and known_a_draw_applies(data, known_a=self.known_a)
+        if self.known_a and c["background_in_pretraining"] == "matched" and not self.known_a_pooled:
+            raise ConfigError(f"task '{data.name}' gives pretraining membership from its data, and world "
+                              f"background_in_pretraining: matched draws D's background from its members, which "
+                              f"only the pooled draw does: set world pool_draw: pooled (the default)")
         self._validation: tuple[str, ...] | None = None
+        #: the members of a known split that a pooled world put in D's background (world ``matched``)
+        self._background_members: tuple[str, ...] = ()
         #: documents per side (T, B, S, V) of a pooled world, for inspection (tests/test_pools.py); None elsewhere
         self.pool_docs: dict[str, int] | None = None
         if self.pooled:
@@ -379,6 +392,23 @@ class Challenger:
                 drawn.update(draw_unit_groups(dataclasses.replace(data, targets=sides.pretrain_audit),
                                               {**{g: 0 for g in GROUPS}, AUDIT_PRETRAIN_POOL: c["n_audit_pretrain"]},
                                               pool_rng))
+        elif self.known_a_pooled:
+            pool_rng = np.random.default_rng([self.seed, 41, int(content_hash(data.fingerprint, length=8), 16), *salt])
+            n_units = {1: 2 * c["n_per_group"], 0: sum(sizes.values()) - 2 * c["n_per_group"]}
+            # as large a share of members in D's background as among the inserted units (the (1,1) group against
+            # (0,1) and the audit canaries expected in D) under `matched`; none under the paper's game
+            n_inserted = 2 * c["n_per_group"] + c["n_audit"] / 2
+            k = (round(c["adapt_background"] * c["n_per_group"] / n_inserted)
+                 if c["background_in_pretraining"] == "matched" else 0)
+            sides = split_known_pool(data, n_units=n_units, n_background=c["adapt_background"],
+                                     n_background_members=k, n_validation=c["n_validation"], rng=pool_rng)
+            meta = {**data.target_meta, **{t.id: {"a": 0} for t in sides.targets if t.id not in data.target_meta}}
+            data = dataclasses.replace(data, targets=sides.targets, adapt=sides.background, target_meta=meta)
+            self._data = data
+            self._validation = sides.validation
+            self.pool_docs = dict(sides.n_docs)
+            self._background_members = sides.background_members
+            drawn = draw_unit_groups(data, sizes, rng, known_a=True)
         else:
             # whole units go to one group (or the null pool)
             drawn = draw_unit_groups(data, sizes, rng, known_a=self.known_a)
@@ -426,6 +456,8 @@ class Challenger:
         key = {"task": data.fingerprint, "world": keyed_world(self.config), "seed": self.seed, "game": GAME_VERSION}
         if self.pooled:
             key["draw"] = f"pooled-{POOLED_DRAW_VERSION}"
+        elif self.known_a_pooled:
+            key["draw"] = f"known-a-pooled-{KNOWN_A_DRAW_VERSION}"
         if secret is not None:
             key["secret"] = content_hash("world-secret-id", secret)
         self.world_key = content_hash(key)
@@ -456,8 +488,13 @@ class Challenger:
 
         Units are the task's: a record, a user (the background records' owners) or a secret (the background records
         carrying the same secrets). Drawing records of a user task would leave every (1,1) user wholly in S and
-        every background user about half in it, which a defense that scores users by θ would still tell apart."""
-        if self.config["background_in_pretraining"] == "none" or self.known_a or self.a_uncontrolled:
+        every background user about half in it, which a defense that scores users by θ would still tell apart.
+
+        On a known split the records are not inserted (S is the released model's): the pooled draw took that share
+        of D's background from the task's members (bench.pools.split_known_pool), and they are returned here."""
+        if self.known_a:
+            return list(self._background_members)
+        if self.config["background_in_pretraining"] == "none" or self.a_uncontrolled:
             return []
         units = self._background_units()
         b1 = [u for u, (_, b) in self._unit_group.items() if b == 1]

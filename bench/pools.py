@@ -29,10 +29,13 @@ from bench.errors import DataError
 from bench.hashing import text_hash
 from bench.task import TargetRecord, TaskData
 
-__all__ = ["POOLED_DRAW_VERSION", "PooledSides", "pooled_draw_applies", "split_pool"]
+__all__ = ["KNOWN_A_DRAW_VERSION", "POOLED_DRAW_VERSION", "PooledSides", "known_a_draw_applies",
+           "pooled_draw_applies", "split_known_pool", "split_pool"]
 
 #: the version of this split, part of every pooled world's key
 POOLED_DRAW_VERSION = "1"
+#: the version of the split of tasks whose pretraining membership is known (:func:`split_known_pool`)
+KNOWN_A_DRAW_VERSION = "1"
 #: orders of the documents tried before a pool too lumpy for the world is refused (a large document early in the
 #: order can leave too little for B; no bundled world needed one in 1,000 orders, so it is a tight pool's fallback)
 ATTEMPTS = 20
@@ -50,6 +53,7 @@ class PooledSides:
     validation: tuple[str, ...]               # V: held back by the data owner
     pretrain_audit: tuple[TargetRecord, ...]  # S: the pretraining audit canaries' pool (never in D̃)
     n_docs: dict[str, int]                    # documents per side
+    background_members: tuple[str, ...] = ()  # B's records in pretraining (known split: its member records)
 
 
 def pooled_draw_applies(data: TaskData, *, known_a: bool) -> bool:
@@ -148,3 +152,59 @@ def split_pool(data: TaskData, *, n_units: int, n_inserted: float, n_background:
     return PooledSides(targets=as_targets("T"), background=tuple(records[i][1] for i in kept["B"]),
                        validation=tuple(records[i][1] for i in kept["V"]), pretrain_audit=as_targets("S"),
                        n_docs=n_docs)
+
+
+def known_a_draw_applies(data: TaskData, *, known_a: bool) -> bool:
+    """Whether ``data`` draws its targets and D's background from its known members and non-members under the
+    world's salt (:func:`split_known_pool`): record tasks whose targets' pretraining membership is given by the data
+    (``mimir``, ``pile_split``)."""
+    return known_a and data.unit == "record" and data.public_format is None
+
+
+def split_known_pool(data: TaskData, *, n_units: dict[int, int], n_background: int, n_background_members: int,
+                     n_validation: int, rng: np.random.Generator) -> PooledSides:
+    """Split a task with known pretraining membership into T, B and V, each member or non-member at random.
+
+    Why: such a task lists its members (a = 1: every one a target under the task's own draw) and hash-partitions its
+    non-members into a target and an adaptation partition, from public files by public code. A defense that rebuilt
+    the task would find every target of D̃, the members by the list and the others by their partition. Here the
+    members form one stratum and the non-members of both partitions another; each stratum is shuffled with the
+    world's salted ``rng`` and cut into T (``n_units[a]`` records, the units of that a) and B (D's background:
+    ``n_background_members`` members, the other ``n_background - n_background_members`` non-members), and V takes
+    up to ``n_validation`` of the non-members left. The partition then says nothing about T against B, and with as
+    large a share of members in B as among the inserted targets (world ``background_in_pretraining: matched``)
+    neither does the member list. Every record is its own document (these tasks keep none), so no sibling of a
+    target can reach B.
+    """
+    meta = data.target_meta
+    strata: dict[int, list[tuple[str, str]]] = {0: [], 1: []}
+    for t in data.targets:
+        strata[int(meta[t.id]["a"])].append((t.id, t.text))
+    strata[0] += [(f"adapt-{text_hash(text)[:12]}", text) for text in data.adapt]
+    want_b = {1: n_background_members, 0: n_background - n_background_members}
+    fix = ("lower n_per_group, n_null, n_audit or adapt_background in the suite's `world`, give the task more rows "
+           "(`n`), or set world pool_draw: partition (the task's own partitions; a defense can then recognise the "
+           "targets by their partition and the member list, docs/submitting.md)")
+    for a, noun in ((1, "member"), (0, "non-member")):
+        need = n_units[a] + want_b[a]
+        if len(strata[a]) < need:
+            raise DataError(f"task '{data.name}' has {len(strata[a])} {noun} records (known a={a}) but the world "
+                            f"needs {need}: {n_units[a]} for its units with a={a} and {want_b[a]} for D's "
+                            f"background: {fix}")
+    targets: list[TargetRecord] = []
+    background: dict[int, list[str]] = {}
+    validation: tuple[str, ...] = ()
+    for a in (1, 0):
+        order = [strata[a][int(i)] for i in rng.permutation(len(strata[a]))]
+        targets += [TargetRecord(rid, text) for rid, text in order[:n_units[a]]]
+        background[a] = [text for _, text in order[n_units[a]:n_units[a] + want_b[a]]]
+        if a == 0:
+            start = n_units[0] + want_b[0]
+            validation = tuple(text for _, text in order[start:start + n_validation])
+    mixed = background[1] + background[0]
+    return PooledSides(targets=tuple(sorted(targets, key=lambda t: t.id)),
+                       background=tuple(mixed[int(i)] for i in rng.permutation(len(mixed))),
+                       validation=validation, pretrain_audit=(),
+                       n_docs={"T1": n_units[1], "T0": n_units[0], "B1": want_b[1], "B0": want_b[0],
+                               "V": len(validation)},
+                       background_members=tuple(background[1]))

@@ -374,11 +374,13 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
                                   f"privbench does not control, so games {bad} are undefined: use games "
                                   f"[adapt, joint/fresh, null] or a task with a known pretraining split (mimir, "
                                   f"pile_split)")
-        if spec.source == "hf" and world["background_in_pretraining"] != "none":
+        if spec.source == "hf" and world["background_in_pretraining"] != "none" and not known_a:
             raise ConfigError(f"suite '{name}': world background_in_pretraining is "
                               f"{world['background_in_pretraining']}, but model '{spec.name}' is a released "
                               f"checkpoint that privbench does not pretrain, so no background record can be put "
-                              f"in its pretraining data: drop the setting or use a scratch model (e.g. nano)")
+                              f"in its pretraining data: drop the setting, use a scratch model (e.g. nano), or a "
+                              f"task with the model's known pretraining split (mimir, pile_split), whose members "
+                              f"then give that share of the background")
     ref = raw.get("reference", True)
     if not isinstance(ref, bool):
         raise ConfigError(f"suite '{name}': 'reference' must be true or false")
