@@ -97,8 +97,10 @@ pretraining is skipped" — the challenger does not insert targets into
 pretraining and must take each target's ``a`` from ``target_meta``;
 ``pretrain`` is empty. All members are targets; the non-members are
 hash-partitioned into targets, held-out, population and adaptation pools by
-the ``*_weight`` parameters, so every pool the attacker or the defense sees
-is non-member data. ``public_format`` is None.
+the ``*_weight`` parameters, so the held-out and population pools are
+non-member data. ``public_format`` is None. A world's pooled draw splits the
+members and the non-member target and adaptation pools again under its salt
+(``bench.pools.split_known_pool``), so the public lists do not mark targets.
 
 ``samsum``, ``german_wiki`` (relation ``"ood"``) and ``enron_users``
 (``unit: "user"``, ``target_meta[id]["user"]``; partitioned by user so a
