@@ -138,3 +138,18 @@ def test_a_released_model_takes_matched_on_a_known_split_only():
     assert parse_suite(suite).world["background_in_pretraining"] == "matched"
     with pytest.raises(ConfigError, match="a task with the model's known pretraining split"):
         parse_suite({**suite, "tasks": ["mini_pile"], "games": ["adapt"]})
+
+
+def test_the_real_scale_example_suite_parses_and_fits_mimir():
+    """examples/suites/pythia_mimir.yaml: Pythia on MIMIR with every game and a matched background; its world fits
+    MIMIR's 1,000 members and 700 non-members of the target and adaptation pools (the default weights)."""
+    from pathlib import Path
+
+    from bench.suite import load_suite
+    suite = load_suite(str(Path(__file__).parent.parent / "examples/suites/pythia_mimir.yaml"))
+    w = suite.world
+    assert suite.models[0].source == "hf" and w["background_in_pretraining"] == "matched"
+    assert {g.name for g in suite.games} >= {"pretrain", "adapt", "joint/seen", "post_adapt", "null"}
+    members = 2 * w["n_per_group"] + round(w["adapt_background"] * w["n_per_group"] / (2 * w["n_per_group"]))
+    non_members = 2 * w["n_per_group"] + w["n_null"] + w["adapt_background"] - (members - 2 * w["n_per_group"])
+    assert members <= 1000 and non_members + w["n_validation"] <= 700
