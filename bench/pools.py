@@ -58,11 +58,12 @@ class PooledSides:
 
 def pooled_draw_applies(data: TaskData, *, known_a: bool) -> bool:
     """Whether ``data`` draws targets and background from one pool: record tasks of natural text whose builder
-    kept each record's document. Tasks whose targets differ from the background by construction (canaries,
-    Names2IDs, users, secrets: a ``public_format`` or another unit) and tasks whose targets' pretraining
-    membership is fixed by the data (``known_a``, ``overlap``) keep their target pool."""
+    kept each record's document, ``overlap`` subsets included (their targets and background are records of S
+    alike). Tasks whose targets differ from the background by construction (canaries, Names2IDs, users, secrets: a
+    ``public_format`` or another unit) keep their target pool, and tasks whose targets' pretraining membership is
+    given by the data (``known_a``) split theirs by it (:func:`split_known_pool`)."""
     return (data.adapt_docs is not None and data.target_docs is not None and data.unit == "record"
-            and data.public_format is None and data.relation != "overlap" and not known_a)
+            and data.public_format is None and not known_a)
 
 
 def _fill(order: list[str], by_doc: dict[str, list[int]],

@@ -145,6 +145,22 @@ def test_overlap_targets_are_pretraining_records(built):
     assert not {t.text for t in iid.targets} & pretrain
 
 
+def test_overlap_worlds_draw_targets_and_background_from_one_pool(built):
+    """The overlap subset keeps each record's document, so its worlds pool adaptation and target records and split
+    them by document under the world's salt: the background is no longer the adaptation partition, and a record's
+    public partition says nothing about whether it is a target (tests/test_pools.py has the exploit)."""
+    from bench.game import Challenger
+    data = built[("wiki", "overlap")]
+    assert data.adapt_docs is not None and data.target_docs is not None
+    ch = Challenger(data, {"n_per_group": 10, "n_null": 20, "adapt_background": 20}, seed=0, secret="s")
+    assert ch.pooled and ch.a_uncontrolled
+    inserted = set(ch.members("b"))
+    background = [t for t in ch.adaptation_data().texts if t not in inserted]
+    partition = {t.text for t in data.targets}
+    assert 0 < sum(t in partition for t in background) < len(background)
+    assert set(background) <= set(data.pretrain)  # every record of an overlap world is in S
+
+
 def test_relation_must_match_the_mixture():
     with pytest.raises(ConfigError, match="remove it"):
         PileSubset(subset="code", relation="ood")

@@ -94,7 +94,7 @@ def test_only_natural_record_tasks_use_it(data):
     assert not pooled_draw_applies(data, known_a=True)
     assert not pooled_draw_applies(dataclasses.replace(data, target_docs=None), known_a=False)
     assert not pooled_draw_applies(dataclasses.replace(data, public_format={"kind": "canary"}), known_a=False)
-    assert not pooled_draw_applies(dataclasses.replace(data, relation="overlap"), known_a=False)
+    assert pooled_draw_applies(dataclasses.replace(data, relation="overlap"), known_a=False)  # all of it in S
     assert not pooled_draw_applies(dataclasses.replace(data, unit="user"), known_a=False)
 
 
@@ -153,6 +153,20 @@ def test_filtering_the_public_target_partition_no_longer_finds_the_targets(data)
     assert np.all(before == 1.0)
     after = _exploit_aucs(data, in_pool)
     assert abs(after.mean() - 0.5) < 0.06, after
+
+
+def test_overlap_subsets_pool_too(data):
+    """An `overlap` subset draws its adaptation and target records from S's own records by a public hash: the same
+    channel (AUC 1 under the task's partitions), closed the same way, and its a stays uncontrolled."""
+    overlap = dataclasses.replace(data, relation="overlap")
+    in_pool = partition_rule(frozenset(r.text for r in data.targets))
+    before = _exploit_aucs(dataclasses.replace(overlap, target_docs=None, adapt_docs=None), in_pool, seeds=range(3))
+    assert np.all(before == 1.0)
+    after = _exploit_aucs(overlap, in_pool)
+    assert abs(after.mean() - 0.5) < 0.06, after
+    ch = Challenger(overlap, WORLD, seed=0)
+    assert ch.pooled and ch.a_uncontrolled and ch.games_defined() == {"adapt", "null"}
+    assert not ch.pretraining_inserts()
 
 
 def test_document_coverage_does_not_mark_the_target_side(data):
