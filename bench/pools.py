@@ -181,7 +181,11 @@ def split_known_pool(data: TaskData, *, n_units: dict[int, int], n_background: i
     strata: dict[int, list[tuple[str, str]]] = {0: [], 1: []}
     for t in data.targets:
         strata[int(meta[t.id]["a"])].append((t.id, t.text))
-    strata[0] += [(f"adapt-{text_hash(text)[:12]}", text) for text in data.adapt]
+    seen = {t.text for t in data.targets}  # a text both listed and in the adaptation partition counts once, listed
+    for text in data.adapt:
+        if text not in seen:
+            seen.add(text)
+            strata[0].append((f"adapt-{text_hash(text)[:12]}", text))
     want_b = {1: n_background_members, 0: n_background - n_background_members}
     fix = ("lower n_per_group, n_null, n_audit or adapt_background in the suite's `world`, give the task more rows "
            "(`n`), or set world pool_draw: partition (the task's own partitions; a defense can then recognise the "

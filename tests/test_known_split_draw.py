@@ -153,3 +153,20 @@ def test_the_real_scale_example_suite_parses_and_fits_mimir():
     members = 2 * w["n_per_group"] + round(w["adapt_background"] * w["n_per_group"] / (2 * w["n_per_group"]))
     non_members = 2 * w["n_per_group"] + w["n_null"] + w["adapt_background"] - (members - 2 * w["n_per_group"])
     assert members <= 1000 and non_members + w["n_validation"] <= 700
+
+
+def test_a_text_in_the_adaptation_partition_twice_or_also_listed_counts_once():
+    """Non-members are deduplicated by the tasks, but a text repeated in the adaptation partition, or also on the
+    member list, must not become two records of the split (a target and its own copy in D's background)."""
+    from bench.task import TargetRecord, TaskData
+    from bench.pools import split_known_pool
+    targets = tuple(TargetRecord(f"r{i}", f"text {i}") for i in range(40))
+    data = TaskData(name="fake", pretrain=(), heldout=("h",), population=("q",), fingerprint="fake-known",
+                    adapt=("text 0", "extra", "extra", "text 7") + tuple(f"adapt {i}" for i in range(10)),
+                    targets=targets, target_meta={f"r{i}": {"a": i % 2} for i in range(40)})
+    sides = split_known_pool(data, n_units={1: 10, 0: 20}, n_background=10, n_background_members=5, n_validation=50,
+                             rng=np.random.default_rng(0))
+    texts = [t.text for t in sides.targets] + list(sides.background) + list(sides.validation)
+    assert len(texts) == len(set(texts)) and len({t.id for t in sides.targets}) == len(sides.targets)
+    # the non-members: 20 listed and 11 new texts ("extra" once, the 10 others), less T0's 20 and B0's 5
+    assert len(sides.validation) == 20 + 11 - 20 - 5

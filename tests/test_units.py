@@ -236,8 +236,14 @@ def test_record_level_worlds_are_unchanged():
     ch = Challenger(known, world, seed=1)
     inst = {g: ([t.id for t in ch.instance(GAMES[g]).targets], ch.instance(GAMES[g]).labels.tolist())
             for g in DEFAULT_GAMES}
+    # re-pinned when a known split took the pooled draw (privbench 0.5.1, tests/test_known_split_draw.py)
     assert content_hash(ch.world_key, sorted((r, list(g)) for r, g in ch._group.items()), inst,
-                        list(ch.adaptation_data().texts)) == "5d51412613b2ed6a"
+                        list(ch.adaptation_data().texts)) == "4da256330432e605"
+    # `pool_draw: partition` keeps the task's own draw: the groups and D̃ of the world pinned before 0.5.1, under a
+    # key of its own (which orders the games' instances)
+    own = Challenger(known, dict(world, pool_draw="partition"), seed=1)
+    assert content_hash(sorted((r, list(g)) for r, g in own._group.items()),
+                        list(own.adaptation_data().texts)) == "3ec3d781976054c9"
 
 
 # ------------------------------------------------------------------------------------ scores

@@ -272,10 +272,11 @@ def test_draw_unit_groups_matches_record_challenger():
     grouped = {r: g for r, g in out.items() if g != NULL_POOL}
     assert grouped == {r: ch.group_of(r) for r in grouped} and len(grouped) == 32
     assert {r for r, g in out.items() if g == NULL_POOL} == set(ch.null_units()) and len(out) == 48
-    # known a: per-a pools, as the challenger draws them (the null pool comes from the a = 0 pool)
+    # known a: per-a pools, as the challenger draws them from the task's own partitions (the null pool comes from
+    # the a = 0 pool; the pooled draw of a known split is tests/test_known_split_draw.py's)
     meta = {f"r{i}": {"a": int(i % 3 == 0)} for i in range(60)}
     data = _fake("record", meta, 60)
-    ch = Challenger(data, world, seed=3)
+    ch = Challenger(data, dict(world, pool_draw="partition"), seed=3)
     rng = np.random.default_rng([3, int(content_hash(data.fingerprint, length=8), 16)])
     out = draw_unit_groups(data, sizes, rng, known_a=True)
     grouped = {r: g for r, g in out.items() if g != NULL_POOL}
