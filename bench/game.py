@@ -358,7 +358,8 @@ class Challenger:
         sizes[AUDIT_PRETRAIN_POOL] = c["n_audit_pretrain"]
         salt = [] if secret is None else [int(content_hash("world-secret", secret, length=16), 16)]
         self._salt = salt
-        rng = np.random.default_rng([self.seed, int(content_hash(data.fingerprint, length=8), 16), *salt])
+        task_stream = int(content_hash(data.fingerprint, length=8), 16)
+        rng = np.random.default_rng([self.seed, task_stream, *salt])
         #: a comes from the data (a released model's documented split), not from the challenger
         self.known_a = bool(data.targets) and all("a" in data.target_meta.get(r.id, {}) for r in data.targets)
         #: targets and background from one pool split by document under the world's salt (bench.pools)
@@ -378,7 +379,7 @@ class Challenger:
             # C_S (pretraining audit) never reaches D̃: its own side, outside the rate at which D̃ samples T and B
             n_units = sum(n for g, n in sizes.items() if g != AUDIT_PRETRAIN_POOL)
             n_inserted = 2 * c["n_per_group"] + c["n_audit"] / 2
-            pool_rng = np.random.default_rng([self.seed, 31, int(content_hash(data.fingerprint, length=8), 16), *salt])
+            pool_rng = np.random.default_rng([self.seed, 31, task_stream, *salt])
             sides = split_pool(data, n_units=n_units, n_inserted=n_inserted, n_background=c["adapt_background"],
                                n_validation=c["n_validation"], n_pretrain_audit=c["n_audit_pretrain"], rng=pool_rng)
             data = dataclasses.replace(data, targets=sides.targets + sides.pretrain_audit, adapt=sides.background,
@@ -393,7 +394,7 @@ class Challenger:
                                               {**{g: 0 for g in GROUPS}, AUDIT_PRETRAIN_POOL: c["n_audit_pretrain"]},
                                               pool_rng))
         elif self.known_a_pooled:
-            pool_rng = np.random.default_rng([self.seed, 41, int(content_hash(data.fingerprint, length=8), 16), *salt])
+            pool_rng = np.random.default_rng([self.seed, 41, task_stream, *salt])
             n_units = {1: 2 * c["n_per_group"], 0: sum(sizes.values()) - 2 * c["n_per_group"]}
             # as large a share of members in D's background as among the inserted units (the (1,1) group against
             # (0,1) and the audit canaries expected in D) under `matched`; none under the paper's game
