@@ -337,3 +337,25 @@ def test_audit_settings_default_validate_and_key_only_when_changed(smoke_raw):
     for bad in ({"delta": 1.5}, {"confidence": 1.0}, {"confidence": 0.0}, {"epsilon": 1.0}):
         with pytest.raises(ConfigError, match="audit"):
             parse_suite(variant(smoke_raw, audit=bad))
+
+
+@pytest.mark.parametrize("name", bundled_suites())
+def test_every_bundled_suite_loads(name):
+    """A bundled suite that fails to parse (a renamed parameter, a removed plugin) is found here, not by a user."""
+    s = load_suite(name)
+    assert s.name == name and s.defenses and s.attacks and s.games
+    labels = [d.label for d in s.defenses]
+    assert len(labels) == len(set(labels)), labels
+
+
+def test_quick_baselines_run_on_the_quick_track_beside_its_anchors():
+    """The field of built-in defenses ranked on the main track: the track's frozen world, its anchors, one
+    configuration per paper recipe."""
+    from bench.tracks import load_track
+    s, track = load_suite("quick_baselines"), load_track("quick")
+    assert s.config["track"]["name"] == "quick" and s.config["track"]["hash"] == track.hash
+    assert s.world == load_suite("quick").world and s.seeds == [0, 1]
+    labels = [d.label for d in s.defenses]
+    assert labels[:2] == ["none", "finetune"]
+    assert {"dp-full-eps8", "dp-full-eps1", "dp-lora-eps8", "clip-example", "early_stop", "kd", "guard",
+            "finetune-1ep"} <= set(labels)
