@@ -43,8 +43,28 @@ class RunResult:
     seconds: float
 
 
+def cpu_model() -> str:
+    """The CPU's name and, on Linux, its family/model/stepping: two CPUs that report the same generic name
+    ("Intel(R) Xeon(R) Processor") can sum floats in a different order (docs/determinism.md), so a run
+    records which one it ran on."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as fh:
+            fields: dict[str, str] = {}
+            for line in fh:
+                if not line.strip():
+                    break  # the first processor's block describes them all
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return platform.processor() or platform.machine()
+    name = fields.get("model name") or platform.processor() or platform.machine()
+    ids = [f"{k} {fields[k]}" for k in ("cpu family", "model", "stepping") if k in fields]
+    return f"{name} ({', '.join(ids)})" if ids else name
+
+
 def hardware_info() -> dict:
     info = {"platform": platform.platform(), "python": sys.version.split()[0], "torch": torch.__version__,
+            "cpu": cpu_model(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(), "cuda": torch.cuda.is_available()}
     if torch.cuda.is_available():
         info["gpu"] = torch.cuda.get_device_name(0)

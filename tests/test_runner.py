@@ -110,3 +110,22 @@ def test_a_defense_that_reports_no_training_time_is_timed_by_the_runner():
     assert with_train_seconds(Adapted(None, {"train": {"seconds": 9.0, "steps": 3}}), 2.5).report == {
         "train": {"seconds": 9.0, "steps": 3}}  # its own figure stands
     assert with_train_seconds(Adapted(None, {"train": 7}), 1.0).report == {"train": {"value": 7, "seconds": 1.0}}
+
+
+def test_hardware_records_the_cpu_model_and_the_kernels_torch_dispatches_to():
+    """Two CPUs with one generic name sum floats differently (docs/determinism.md): the run says which it was."""
+    import os
+    import re
+
+    import torch
+
+    from bench.runner import hardware_info
+
+    info = hardware_info()
+    assert info["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert info["cpu"]
+    if os.path.exists("/proc/cpuinfo"):
+        text = open("/proc/cpuinfo", encoding="utf-8").read()
+        model = re.search(r"^model\s*:\s*(\S+)", text, re.M)
+        if model:  # x86 Linux: the model number tells CPU generations apart
+            assert f"model {model.group(1)}" in info["cpu"]
