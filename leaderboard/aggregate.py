@@ -340,6 +340,9 @@ PARAM_SHORT = {"method": ("", False), "epsilon": ("ε", False), "noise_multiplie
 PARAM_HIDDEN = {"batch_size", "chunk_length", "weight_decay", "target_modules", "grad_sample_mode", "accountant",
                 "dropout", "alpha", "prefix_length", "delta"}
 PARAM_SUMMARY_ITEMS = 5
+#: parameters that only mean something for some values of a configuration's ``method`` (dp_adapt's LoRA rank is
+#: stored for every method, but full fine-tuning under DP has no rank)
+PARAM_FOR_METHOD = {"r": {"lora"}, "alpha": {"lora"}, "target_modules": {"lora"}, "prefix_length": {"prefix"}}
 
 
 def _json(value):
@@ -460,7 +463,8 @@ def format_number(v, digits: int = 6) -> str:
 
 def params_summary(params, max_items: int = PARAM_SUMMARY_ITEMS) -> str:
     """One readable line for a configuration's parameters, e.g. ``lr 2e-3 · 4 ep · r 8``: the defining ones first
-    (:data:`PARAM_SHORT`), training plumbing (:data:`PARAM_HIDDEN`) and unset values left out; all of them are on
+    (:data:`PARAM_SHORT`), training plumbing (:data:`PARAM_HIDDEN`), unset values and those another ``method``
+    would use (:data:`PARAM_FOR_METHOD`) left out; all of them are on
     the defense page. "—" when nothing is left."""
     p = _json(params) if not isinstance(params, dict) else params
     if not isinstance(p, dict) or not p:
@@ -470,6 +474,8 @@ def params_summary(params, max_items: int = PARAM_SUMMARY_ITEMS) -> str:
     for k in keys:
         v = p[k]
         if k in PARAM_HIDDEN or v is None or isinstance(v, (list, dict)):
+            continue
+        if k in PARAM_FOR_METHOD and "method" in p and p["method"] not in PARAM_FOR_METHOD[k]:
             continue
         short, value_first = PARAM_SHORT.get(k, (k, False))
         text = format_number(v)

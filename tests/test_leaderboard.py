@@ -639,6 +639,10 @@ def test_display_and_params_summary():
     assert params_summary("{}") == "—" and params_summary({"epsilon": float("inf")}) == "ε ∞"
     long = {f"p{i}": i for i in range(8)}
     assert params_summary(long).endswith(" · …") and params_summary(long).count("·") == 5
+    # dp_adapt stores a LoRA rank for every method: only a LoRA configuration shows it
+    dp = {"method": "full", "epsilon": 8.0, "clip": 0.1, "epochs": 4.0, "r": 8, "prefix_length": 32}
+    assert params_summary(dp) == "full · ε 8 · clip 0.1 · 4 ep"
+    assert params_summary({**dp, "method": "lora"}) == "lora · ε 8 · clip 0.1 · 4 ep · r 8"
 
 
 def test_display_ranking_cells(tracks_db):
