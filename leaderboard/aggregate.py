@@ -464,8 +464,7 @@ def format_number(v, digits: int = 6) -> str:
 def params_summary(params, max_items: int = PARAM_SUMMARY_ITEMS) -> str:
     """One readable line for a configuration's parameters, e.g. ``lr 2e-3 · 4 ep · r 8``: the defining ones first
     (:data:`PARAM_SHORT`), training plumbing (:data:`PARAM_HIDDEN`), unset values and those another ``method``
-    would use (:data:`PARAM_FOR_METHOD`) left out; all of them are on
-    the defense page. "—" when nothing is left."""
+    would use (:data:`PARAM_FOR_METHOD`) left out; all of them are on the defense page. "—" when nothing is left."""
     p = _json(params) if not isinstance(params, dict) else params
     if not isinstance(p, dict) or not p:
         return "—"
