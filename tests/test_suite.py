@@ -359,3 +359,19 @@ def test_quick_baselines_run_on_the_quick_track_beside_its_anchors():
     assert labels[:2] == ["none", "finetune"]
     assert {"dp-full-eps8", "dp-full-eps1", "dp-lora-eps8", "clip-example", "early_stop", "kd", "guard",
             "finetune-1ep"} <= set(labels)
+
+
+def test_users_baselines_run_in_the_users_tracks_recipe():
+    """Kandpal et al.'s mitigations on user inference: the users track's world and anchors, and every trained
+    configuration in the anchor's recipe (10 epochs, 192-token chunks) but the shortened fine-tune."""
+    from bench.tracks import load_track
+    s, track = load_suite("users_baselines"), load_track("users")
+    assert s.config["track"]["name"] == "users" and s.config["track"]["hash"] == track.hash
+    assert s.world == load_suite("users").world
+    by_label = {d.label: d for d in s.defenses}
+    assert list(by_label)[:2] == ["none", "finetune"]
+    assert {"clip-example", "clip-batch", "early_stop", "finetune-3ep"} <= set(by_label)
+    for label in ("clip-example", "clip-batch", "early_stop"):
+        assert by_label[label].params["epochs"] == by_label["finetune"].params["epochs"] == 10
+        assert by_label[label].params["chunk_length"] == 192
+    assert by_label["finetune-3ep"].params["epochs"] == 3
