@@ -340,9 +340,9 @@ PARAM_SHORT = {"method": ("", False), "epsilon": ("ε", False), "noise_multiplie
 PARAM_HIDDEN = {"batch_size", "chunk_length", "weight_decay", "target_modules", "grad_sample_mode", "accountant",
                 "dropout", "alpha", "prefix_length", "delta"}
 PARAM_SUMMARY_ITEMS = 5
-#: parameters that only mean something for some values of a configuration's ``method`` (dp_adapt's LoRA rank is
-#: stored for every method, but full fine-tuning under DP has no rank)
-PARAM_FOR_METHOD = {"r": {"lora"}, "alpha": {"lora"}, "target_modules": {"lora"}, "prefix_length": {"prefix"}}
+#: shown parameters that only mean something for some values of a configuration's ``method`` (dp_adapt stores a
+#: LoRA rank for every method, but full fine-tuning under DP has none); the other LoRA and prefix settings are hidden
+PARAM_FOR_METHOD = {"r": {"lora"}}
 
 
 def _json(value):
