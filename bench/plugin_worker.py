@@ -144,6 +144,7 @@ class WorkerSession:
                if not (os.path.isabs(v) and (os.path.realpath(v) + "/").startswith(inside))}
         env.update(HOME=str(self.dir / "home"), TMPDIR=str(self.dir / "tmp"))
         env.pop("PRIVBENCH_DRAW_SECRET", None)
+        self._closed = False
         self._stderr = open(self.dir / "worker.stderr", "wb")
         # the worker's guard reports a refusal here; opened on this side, so that the report (in the sandbox, which
         # the worker cannot see) is no open file on the worker's own mounts, which it makes read-only
@@ -156,16 +157,27 @@ class WorkerSession:
             os.close(self._report)
             self._stderr.close()
             raise
-        try:
-            self.info = self._exchange({"plugin": plugin.to_dict(), "unreadable": [str(box), *isolation.hidden],
-                                        "report_fd": self._report, "confine": isolation.confine})
-        except BaseException:
-            self.close()
-            raise
+        # the first request goes now and its reply is read when first needed (``info``): the caller can do its
+        # own trusted imports while the worker starts Python, imports torch and loads the plugin
+        self._info: dict | None = None
+        self._send({"plugin": plugin.to_dict(), "unreadable": [str(box), *isolation.hidden],
+                    "report_fd": self._report, "confine": isolation.confine})
+
+    @property
+    def info(self) -> dict:
+        """The plugin's kind, name, version and parameters, as its worker loaded it (waits for the worker)."""
+        if self._info is None:
+            try:
+                self._info = self._exchange(None)
+            except BaseException:
+                self.close()
+                raise
+        return self._info
 
     def call(self, op: str, serve=None, **args: Any) -> Any:
         """Send one request; while the worker asks for model calls (``{"call": ...}``), answer them with
         ``serve(call)`` (its value, or the exception it raised, goes back as a pickle); return the final reply."""
+        self.info  # noqa: B018 - the loading reply comes first
         return self._exchange({"op": op, **args}, serve)
 
     def _send(self, message: Any) -> None:
@@ -175,8 +187,9 @@ class WorkerSession:
         except (BrokenPipeError, OSError):
             pass  # the worker is gone: its status says why
 
-    def _exchange(self, message: dict, serve=None) -> Any:
-        self._send(message)
+    def _exchange(self, message: dict | None, serve=None) -> Any:
+        if message is not None:  # None: only read the reply to what was sent before
+            self._send(message)
         while True:
             reply = self._read()
             if "call" not in reply:
@@ -222,6 +235,9 @@ class WorkerSession:
         raise PluginError(f"the plugin's worker process ended with status {rc}: {tail[-1] if tail else 'no output'}")
 
     def close(self) -> None:
+        if self._closed:  # once: ``info`` closes a session whose worker failed, and ``with`` closes it again
+            return
+        self._closed = True
         try:
             if self.proc.poll() is None:
                 try:

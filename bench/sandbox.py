@@ -447,6 +447,17 @@ TRUSTED_PRELOAD = ("torch", "transformers", "urllib3", "requests", "accelerate",
                    "tokenizers", "bench.runner", "bench.metrics", "bench.training")
 
 
+def preload_trusted() -> None:
+    """Import :data:`TRUSTED_PRELOAD` (what is missing is skipped): library code the guard would otherwise see
+    opening files once a plugin runs. It loads no registry, so no installed plugin is imported."""
+    import importlib
+    for mod in TRUSTED_PRELOAD:
+        try:
+            importlib.import_module(mod)
+        except ImportError:
+            pass
+
+
 def arm_sandbox(box: Path, violation_path: Path | int, **guard: Any) -> dict:
     """In a submission child, before the plugin is imported: trusted imports, registries loaded, hardware read
     (``platform.processor()`` runs ``uname``), then the guard armed for ``box`` alone: the child's cache overlay
@@ -454,12 +465,7 @@ def arm_sandbox(box: Path, violation_path: Path | int, **guard: Any) -> dict:
     to :func:`install_guard` (a plugin worker's unreadable directories, the child's worker command).
 
     Returns the hardware description, read while that was still allowed."""
-    import importlib
-    for mod in TRUSTED_PRELOAD:
-        try:
-            importlib.import_module(mod)
-        except ImportError:
-            pass
+    preload_trusted()
     from bench.registry import REGISTRIES
     from bench.runner import hardware_info
     for reg in REGISTRIES.values():

@@ -369,11 +369,7 @@ def _child(spec_path: str) -> int:
     from bench.plugin_ref import PluginRef
     from bench.plugin_worker import (WorkerIsolation, WorkerSession, WorkerViolation, make_non_dumpable,
                                      spawn_allowed, worker_attack, worker_defense)
-    from bench.registry import builtins_only, register_attack, register_defense
-    from bench.runner import Runner
-    from bench.sandbox import arm_sandbox
-    from bench.store import Store
-    from bench.suite import parse_suite
+    from bench.sandbox import arm_sandbox, preload_trusted
 
     # the shared cache read-only, new artifacts and signal shards into the overlay inside the sandbox
     cache = OverlayCache(spec["cache"], spec["overlay"])
@@ -385,8 +381,15 @@ def _child(spec_path: str) -> int:
     violation = box / VIOLATION_FILE
     plugin = PluginRef(**spec["plugin"])
     try:
-        # the plugin's kind, name and defaults, from a worker: the plugin is never imported here
+        # the plugin's kind, name and defaults, from a worker: the plugin is never imported here. The worker
+        # starts first and this process does its own trusted imports while it loads (no registry is read, so no
+        # installed plugin is imported, until builtins_only below)
         with WorkerSession(plugin, box, violation, isolation) as w:
+            preload_trusted()
+            from bench.registry import builtins_only, register_attack, register_defense
+            from bench.runner import Runner
+            from bench.store import Store
+            from bench.suite import parse_suite
             info = w.info
         builtins_only()  # no installed plugin, the submitted one included, is imported into this process
         kind, name = info["kind"], info["name"]

@@ -110,6 +110,27 @@ def test_a_defenses_pretraining_hooks_run_in_real_workers(tmp_path):
     assert defense.pretrain_loss_mask(ids + 1).tolist() == ((ids + 1) % 2 == 0).tolist()  # same worker, next batch
 
 
+def test_a_session_starts_its_worker_at_once_and_reports_a_failed_load_when_asked(tmp_path):
+    """The submission child starts the describing worker and does its own imports while that one loads: the
+    first request is on the pipe when the session is made, and the load's failure is raised by ``info`` (the
+    session is then closed, and leaving ``with`` closes nothing twice)."""
+    from bench.plugin_ref import resolve_plugin
+    from bench.plugin_worker import WorkerIsolation, WorkerSession
+    from bench.sandbox import FAILURE_EXIT
+
+    src = tmp_path / "broken_defense.py"
+    src.write_text("raise ImportError('no module named hidden_helper')\n")
+    plugin = resolve_plugin(str(src))
+    box = tmp_path / "box"
+    box.mkdir()
+    with pytest.raises(PluginError, match="hidden_helper"):
+        with WorkerSession(plugin, box, box / "violation.json", WorkerIsolation()) as w:
+            # the worker got its request with the session: it loads the plugin, fails and ends, unasked
+            assert w.proc.wait(timeout=120) == FAILURE_EXIT
+            w.info
+    assert w._closed and w.proc.poll() is not None and not w.dir.exists()
+
+
 def test_a_workers_calls_neither_read_nor_fill_the_runners_signal_cache(tmp_path):
     """The cache-timing channel: an attack that scores its targets under a marker prefix in one game, and in a
     later game times the same calls (a cache hit answers at once, a miss runs the model), would learn which of
