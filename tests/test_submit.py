@@ -29,9 +29,29 @@ EXAMPLE = REPO / "examples" / "privbench-example-defense"
 RUN_LIMITS = Limits(wall_s=300, memory_bytes=3 << 30)   # generous: a violation ends the child long before
 
 
+#: every submission of this module draws its world with one secret (still handed to the child on its standard
+#: input only), so the tiny world's θ, pretrained once by trusted code into the shared cache, is read by each
+#: child instead of pretrained again in its overlay
+DRAW_SECRET = "c0ffee" * 5 + "00"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_draw(cache):
+    """θ of the tiny world for :data:`DRAW_SECRET`, pretrained by the trusted runner into the shared cache."""
+    from bench.runner import Runner
+    from bench.suite import load_suite, parse_suite
+    raw = dict(load_suite(TINY).raw, defenses=["none"], attacks=["loss"], games=["null"])
+    with Store(f"sqlite:///{cache.root.parent / 'one_draw.db'}") as store:
+        Runner(parse_suite(raw, path=TINY), store, cache, quiet=True, draw_secret=DRAW_SECRET).run()
+    old = os.environ.get("PRIVBENCH_DRAW_SECRET")
+    os.environ["PRIVBENCH_DRAW_SECRET"] = DRAW_SECRET
+    yield DRAW_SECRET
+    os.environ.pop("PRIVBENCH_DRAW_SECRET") if old is None else os.environ.__setitem__("PRIVBENCH_DRAW_SECRET", old)
+
+
 @pytest.fixture(scope="module")
 def scored(cache, tmp_path_factory):
-    """A results DB holding one complete submission of the well-behaved defense (pretrains the tiny world)."""
+    """A results DB holding one complete submission of the well-behaved defense."""
     root = tmp_path_factory.mktemp("submit")
     db = f"sqlite:///{root / 'results.db'}"
     os.environ.pop("CI", None)
@@ -241,8 +261,9 @@ def test_a_submitted_attack_cannot_read_the_labels_from_its_process(scored, tmp_
 # ------------------------------------------------------------------ the shared cache: read-only, overlay discarded
 
 def test_honest_run_adds_only_the_parents_task_data_to_the_shared_cache(scored):
-    """The child trained a tokenizer, θ and the adapted model into its overlay; none of it was promoted. The one
-    addition is the task data the parent built before the child started (trusted code, trusted inputs)."""
+    """The child trained the adapted model into its overlay (θ it read from the shared cache); none of it was
+    promoted. The one addition allowed is task data the parent builds before the child starts (trusted code,
+    trusted inputs)."""
     before, after = scored["cache_before"], scored["cache_after"]
     changed = {k for k in before if after.get(k) != before[k]}
     added = set(after) - set(before)
