@@ -361,6 +361,30 @@ def test_quick_baselines_run_on_the_quick_track_beside_its_anchors():
             "finetune-1ep"} <= set(labels)
 
 
+def test_realistic_baselines_train_in_the_anchors_recipe():
+    """The field on SmolLM2-135M: the realistic track's world and anchors; every configuration that trains all
+    weights (early stopping, both distillations' teachers and students, the short fine-tune) at the anchor's
+    learning rate and batch, and DP-LoRA on the attention projections the LoRA suite adapts."""
+    from bench.tracks import load_track
+    s, track = load_suite("realistic_baselines"), load_track("realistic")
+    assert s.config["track"]["name"] == "realistic" and s.config["track"]["hash"] == track.hash
+    assert s.world == load_suite("realistic").world and s.seeds == [0]
+    by_label = {d.label: d for d in s.defenses}
+    assert list(by_label)[:2] == ["none", "finetune"]
+    anchor = by_label["finetune"].params
+    assert {"dp-lora-eps8", "early_stop", "kd", "guard", "finetune-1ep"} <= set(by_label)
+    for label in ("early_stop", "finetune-1ep"):
+        assert (by_label[label].params["lr"], by_label[label].params["batch_size"]) == (anchor["lr"],
+                                                                                         anchor["batch_size"])
+    assert by_label["early_stop"].params["epochs"] == anchor["epochs"]
+    for label in ("kd", "guard"):
+        p = by_label[label].params
+        assert (p["teacher_lr"], p["teacher_epochs"], p["teacher_batch_size"], p["lr"]) == (
+            anchor["lr"], anchor["epochs"], anchor["batch_size"], anchor["lr"])
+    lora = {d.label: d for d in load_suite("realistic").defenses}["lora"].params
+    assert by_label["dp-lora-eps8"].params["target_modules"] == lora["target_modules"]
+
+
 def test_users_baselines_run_in_the_users_tracks_recipe():
     """Kandpal et al.'s mitigations on user inference: the users track's world and anchors, and every trained
     configuration in the anchor's recipe (10 epochs, 192-token chunks) but the shortened fine-tune."""
