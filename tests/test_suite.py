@@ -385,6 +385,21 @@ def test_realistic_baselines_train_in_the_anchors_recipe():
     assert by_label["dp-lora-eps8"].params["target_modules"] == lora["target_modules"]
 
 
+def test_pii_baselines_train_the_anchors_epochs():
+    """The field on Names2IDs: the pii track's world and anchors; every trained configuration but the short
+    fine-tune runs the anchor's 24 epochs, so the board compares defenses and not training lengths."""
+    from bench.tracks import load_track
+    s, track = load_suite("pii_baselines"), load_track("pii")
+    assert s.config["track"]["name"] == "pii" and s.config["track"]["hash"] == track.hash
+    assert s.world == parse_suite({"track": "pii", "defenses": []}).world and s.seeds == [0, 1]
+    by_label = {d.label: d for d in s.defenses}
+    assert list(by_label)[:2] == ["none", "finetune"]
+    assert {"scp_delta_r_b", "dp-full-eps8", "lora", "early_stop", "finetune-4ep"} <= set(by_label)
+    for label in ("scp_delta_r_b", "dp-full-eps8", "lora", "early_stop"):
+        assert by_label[label].params["epochs"] == by_label["finetune"].params["epochs"] == 24, label
+    assert by_label["finetune-4ep"].params["epochs"] == 4
+
+
 def test_users_baselines_run_in_the_users_tracks_recipe():
     """Kandpal et al.'s mitigations on user inference: the users track's world and anchors, and every trained
     configuration in the anchor's recipe (10 epochs, 192-token chunks) but the shortened fine-tune."""
