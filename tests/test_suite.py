@@ -348,29 +348,33 @@ def test_every_bundled_suite_loads(name):
     assert len(labels) == len(set(labels)), labels
 
 
+def _baselines_on(suite: str, track: str) -> tuple:
+    """A baselines suite on ``track``: the frozen track (name and content hash), the track's own world, its anchors
+    none and finetune first. Returns the suite and its defense entries by label."""
+    from bench.tracks import load_track
+    s = load_suite(suite)
+    assert s.config["track"]["name"] == track and s.config["track"]["hash"] == load_track(track).hash
+    assert s.world == parse_suite({"track": track, "defenses": []}).world
+    by_label = {d.label: d for d in s.defenses}
+    assert list(by_label)[:2] == ["none", "finetune"]
+    return s, by_label
+
+
 def test_quick_baselines_run_on_the_quick_track_beside_its_anchors():
     """The field of built-in defenses ranked on the main track: the track's frozen world, its anchors, one
     configuration per paper recipe."""
-    from bench.tracks import load_track
-    s, track = load_suite("quick_baselines"), load_track("quick")
-    assert s.config["track"]["name"] == "quick" and s.config["track"]["hash"] == track.hash
+    s, by_label = _baselines_on("quick_baselines", "quick")
     assert s.world == load_suite("quick").world and s.seeds == [0, 1]
-    labels = [d.label for d in s.defenses]
-    assert labels[:2] == ["none", "finetune"]
     assert {"dp-full-eps8", "dp-full-eps1", "dp-lora-eps8", "clip-example", "early_stop", "kd", "guard",
-            "finetune-1ep"} <= set(labels)
+            "finetune-1ep"} <= set(by_label)
 
 
 def test_realistic_baselines_train_in_the_anchors_recipe():
     """The field on SmolLM2-135M: the realistic track's world and anchors; every configuration that trains all
     weights (early stopping, both distillations' teachers and students, the short fine-tune) at the anchor's
     learning rate and batch, and DP-LoRA on the attention projections the LoRA suite adapts."""
-    from bench.tracks import load_track
-    s, track = load_suite("realistic_baselines"), load_track("realistic")
-    assert s.config["track"]["name"] == "realistic" and s.config["track"]["hash"] == track.hash
+    s, by_label = _baselines_on("realistic_baselines", "realistic")
     assert s.world == load_suite("realistic").world and s.seeds == [0]
-    by_label = {d.label: d for d in s.defenses}
-    assert list(by_label)[:2] == ["none", "finetune"]
     anchor = by_label["finetune"].params
     assert {"dp-lora-eps8", "early_stop", "kd", "guard", "finetune-1ep"} <= set(by_label)
     for label in ("early_stop", "finetune-1ep"):
@@ -388,12 +392,8 @@ def test_realistic_baselines_train_in_the_anchors_recipe():
 def test_pii_baselines_train_the_anchors_epochs():
     """The field on Names2IDs: the pii track's world and anchors; every trained configuration but the short
     fine-tune runs the anchor's 24 epochs, so the board compares defenses and not training lengths."""
-    from bench.tracks import load_track
-    s, track = load_suite("pii_baselines"), load_track("pii")
-    assert s.config["track"]["name"] == "pii" and s.config["track"]["hash"] == track.hash
-    assert s.world == parse_suite({"track": "pii", "defenses": []}).world and s.seeds == [0, 1]
-    by_label = {d.label: d for d in s.defenses}
-    assert list(by_label)[:2] == ["none", "finetune"]
+    s, by_label = _baselines_on("pii_baselines", "pii")
+    assert s.seeds == [0, 1]
     assert {"scp_delta_r_b", "dp-full-eps8", "lora", "early_stop", "finetune-4ep"} <= set(by_label)
     for label in ("scp_delta_r_b", "dp-full-eps8", "lora", "early_stop"):
         assert by_label[label].params["epochs"] == by_label["finetune"].params["epochs"] == 24, label
@@ -403,12 +403,8 @@ def test_pii_baselines_train_the_anchors_epochs():
 def test_users_baselines_run_in_the_users_tracks_recipe():
     """Kandpal et al.'s mitigations on user inference: the users track's world and anchors, and every trained
     configuration in the anchor's recipe (10 epochs, 192-token chunks) but the shortened fine-tune."""
-    from bench.tracks import load_track
-    s, track = load_suite("users_baselines"), load_track("users")
-    assert s.config["track"]["name"] == "users" and s.config["track"]["hash"] == track.hash
+    s, by_label = _baselines_on("users_baselines", "users")
     assert s.world == load_suite("users").world
-    by_label = {d.label: d for d in s.defenses}
-    assert list(by_label)[:2] == ["none", "finetune"]
     assert {"clip-example", "clip-batch", "early_stop", "finetune-3ep"} <= set(by_label)
     for label in ("clip-example", "clip-batch", "early_stop"):
         assert by_label[label].params["epochs"] == by_label["finetune"].params["epochs"] == 10
