@@ -205,8 +205,8 @@ def leaderboard_table(metrics: pd.DataFrame, utility: pd.DataFrame, guarantees: 
         out = out.join(extras)
     out = out.join(_utility_columns(configs, utility, baseline))
     out = out.join(_guarantee_columns(configs, guarantees))
-    cost = metrics.drop_duplicates("evaluation_id").groupby(KEYS + ["seed"])["duration_s"].sum().reset_index()
-    out = out.join(cost.groupby(KEYS)["duration_s"].mean().rename("attack seconds (mean per seed)"))
+    cost = metrics.drop_duplicates("evaluation_id").groupby(KEYS + ["seed"])["attack_cost_s"].sum().reset_index()
+    out = out.join(cost.groupby(KEYS)["attack_cost_s"].mean().rename("attack seconds (mean per seed)"))
     prov = metrics[KEYS + ["run", "code_version", "command"]].drop_duplicates()
     out = out.join(prov.groupby(KEYS).agg(
         runs=("run", lambda s: ", ".join(str(x) for x in sorted(set(s)))),
@@ -646,7 +646,7 @@ def track_ranking(metrics: pd.DataFrame, utility: pd.DataFrame, guarantees: pd.D
     ret = configs.merge(ret[on + ["value"]], on=on, how="inner")
     out = out.merge(_mean_ci(ret, KEYS, "value", "retained"), on=KEYS, how="left")
     out = out.merge(_train_cost(configs, util), on=KEYS, how="left")
-    cost = metrics.drop_duplicates("evaluation_id").groupby(KEYS + ["seed"])["duration_s"].sum()
+    cost = metrics.drop_duplicates("evaluation_id").groupby(KEYS + ["seed"])["attack_cost_s"].sum()
     out = out.merge(cost.groupby(KEYS).mean().rename("attack_seconds").reset_index(), on=KEYS, how="left")
     gts = {}
     if not guarantees.empty:

@@ -149,7 +149,8 @@ def view_leaderboard(table: pd.DataFrame, f: dict) -> None:
                "are; see the Per-attack breakdown view for each attack's own value.")
     st.caption(f"Δ loss = held-out loss minus that of {BASELINES[f['baseline']]}. "
                "Cost = adaptation seconds (as privbench measured adapt; the defense's own report where a run "
-               "predates that) and attack seconds, per seed. "
+               "predates that) and attack seconds (what computing the evaluations took, not a later run's cache "
+               "hit), per seed. "
                "'command' and 'code version' name what produced each row.")
     if table.empty:
         st.info("no results match the filters")

@@ -161,7 +161,7 @@ def _read(engine: Engine, sql: str, **params) -> pd.DataFrame:
 EVALUATIONS_SQL = """
 SELECT e.id AS evaluation_id, r.id AS run, r.suite, r.code_version, r.command, e.task, e.model, e.defense,
        e.defense_params_json AS params, e.seed, e.game, e.attack, e.attack_params_json AS attack_params,
-       e.world_key, e.duration_s
+       e.world_key, e.eval_key, e.duration_s
 FROM evaluations e JOIN runs r ON e.run_id = r.id
 WHERE r.status = 'complete'
 """
@@ -203,8 +203,15 @@ def attack_family(metric_names: set[str]) -> str:
 
 
 def evaluation_frame(engine: Engine) -> pd.DataFrame:
-    """Evaluations of complete runs, with the attack family derived from their metrics."""
+    """Evaluations of complete runs, with the attack family derived from their metrics and the attack's cost.
+
+    ``duration_s`` is what the evaluation took in its own run, and a run that reads an earlier run's greedy
+    generations or token signals from the cache times the cache hit. ``attack_cost_s`` is the cost of computing
+    it: the longest time any complete run at the same code version spent on the same evaluation (equal
+    ``eval_key``: same world, models, defense, game, attack and metric settings), so a configuration whose latest
+    run reused the cache still shows what its attacks cost."""
     ev = _read(engine, EVALUATIONS_SQL)
+    ev["attack_cost_s"] = ev.groupby(["eval_key", "code_version"])["duration_s"].transform("max")
     names = _read(engine, "SELECT evaluation_id, metric FROM metrics")
     fam = names.groupby("evaluation_id")["metric"].agg(lambda s: attack_family(set(s)))
     ev["family"] = ev["evaluation_id"].map(fam).fillna("other")

@@ -93,13 +93,14 @@ SEED_D = {0: -0.01, 1: 0.01}
 
 
 def write_track_run(store: Store, key: str, *, track: dict | None, suite: str, defenses: list[str], task: str,
-                     seeds=(0, 1), status: str = "complete") -> int:
+                     seeds=(0, 1), status: str = "complete", code_version: str = "v2.0",
+                     duration_s: float = 0.25) -> int:
     entries = [{"label": d, "name": TRACK_PLUGIN.get(d, (d, ""))[0], "params": TRACK_PARAMS[d],
                 "version": TRACK_PLUGIN.get(d, (d, "0.1.0"))[1]} for d in defenses]
     config = {"name": suite, "defenses": entries, "seeds": list(seeds)}
     if track is not None:
         config["track"] = track
-    run_id, _ = store.begin_run(run_key=key, suite=suite, config=config, config_hash=f"h-{key}", code_version="v2.0",
+    run_id, _ = store.begin_run(run_key=key, suite=suite, config=config, config_hash=f"h-{key}", code_version=code_version,
                                 plugin_versions={"defense:finetune": "0.1.0", "defense:none": "1.0.0",
                                                  "defense:lora": "0.1.0"},
                                 seeds=list(seeds), hardware={}, command=f"privbench run --suite {suite}")
@@ -117,7 +118,7 @@ def write_track_run(store: Store, key: str, *, track: dict | None, suite: str, d
                                    scores=[float((i * 7 + seed) % 11) + (i < 10) for i in range(20)],
                                    metrics=[MetricRow("auc", auc, auc - 0.05, auc + 0.05, 10, 10),
                                             MetricRow("tpr@1%fpr", tpr, max(tpr - 0.1, 0), tpr + 0.1, 10, 10)],
-                                   duration_s=0.25, **common)
+                                   duration_s=duration_s, **common)
         store.write_utility(run_id, f"a-{d}-{seed}", role="adapted", dataset="heldout",
                             values={"loss": 3.0, "adapt_seconds": 10.0 * (1 + seed),  # measured by privbench
                                     "train_seconds": 0.5 * (1 + seed)},  # the defense's own report

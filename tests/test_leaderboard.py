@@ -20,7 +20,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 from bench.store import Store
 from tests.boards import (ADAPTED_LOSS, ANCHORS, ATTACK_SEED, EPSILON, GAME_OFFSET, HOSTILE, PARAMS, TRACK_AUC,
                           TRACK_ORDER, TRACK_RANKS, TRACK_RETAINED, TRACK_TPR, board_of, populate_demo,
-                          populate_tracks, auc_value)
+                          populate_tracks, auc_value, write_track_run)
 
 APP = Path(__file__).resolve().parent.parent / "leaderboard" / "app.py"
 @pytest.fixture(scope="module")
@@ -369,7 +369,7 @@ def _metrics_frame(rows: list[tuple]) -> pd.DataFrame:
     cols = ["defense", "game", "attack", "seed", "metric", "value", "ci_low", "ci_high"]
     f = pd.DataFrame(rows, columns=cols)
     f = f.assign(task="t", model="m", params="{}", run=1, family="membership", n_pos=50, n_neg=50, flag=None,
-                 duration_s=1.0, code_version="v", command="c")
+                 duration_s=1.0, attack_cost_s=1.0, code_version="v", command="c")
     f["evaluation_id"] = f.groupby(["defense", "game", "attack", "seed"], sort=False).ngroup()
     return f
 
@@ -599,6 +599,39 @@ def test_train_cost_prefers_what_privbench_measured():
         for d in ("liar", "old")])
     shown = display_ranking(ranking)["cost (train+attack)"].tolist()
     assert shown == ["32 s + 1.0 s", "6.0 s + 1.0 s (train self-reported)"]
+
+
+def test_attack_cost_is_what_computing_the_evaluations_took_not_a_later_cache_hit(tmp_path):
+    """A run that reads an earlier run's generations or signals from the cache stores the cache hit as its
+    evaluations' durations. The board's attack cost is the longest any complete run at the same code version spent
+    on the same evaluation (same eval_key), so the anchors of a baselines suite run after their track keep the cost
+    the track measured; a run at another code version measured nothing this code computes, and does not count."""
+    from leaderboard.queries import evaluation_frame, read_only_engine
+    path = tmp_path / "cost.db"
+    store = Store(str(path))
+    track = {"name": "quick", "hash": "q", "headline_game": "adapt"}
+    write_track_run(store, "track", track=track, suite="quick", defenses=["none", "finetune"], task="wiki",
+                    duration_s=2.0)
+    write_track_run(store, "baselines", track=track, suite="quick_baselines", defenses=["none", "finetune", "lora"],
+                    task="wiki", duration_s=0.01)
+    store.close()
+    r = board_of(path).groups["quick"].ranking.set_index("defense")
+    assert r.loc["finetune", "runs"] == "2"                            # the privacy numbers are the latest run's
+    assert r.loc["finetune", "attack_seconds"] == pytest.approx(4 * 2.0)  # 2 games × 2 attacks, as computed
+    assert r.loc["lora", "attack_seconds"] == pytest.approx(4 * 0.01)     # computed in the latest run itself
+    engine = read_only_engine(str(path))
+    try:
+        ev = evaluation_frame(engine)
+    finally:
+        engine.dispose()
+    assert sorted(ev[ev["run"] == 2]["duration_s"].unique()) == [0.01]    # what each run stored is left as it is
+
+    store = Store(str(path))  # the anchors again at another code version, from a cache that code did not fill
+    write_track_run(store, "next", track=track, suite="quick", defenses=["none", "finetune"], task="wiki",
+                    code_version="v3.0", duration_s=0.01)
+    store.close()
+    r = board_of(path).groups["quick"].ranking.set_index("defense")
+    assert r.loc["finetune", "runs"] == "3" and r.loc["finetune", "attack_seconds"] == pytest.approx(4 * 0.01)
 
 
 def test_train_cost_against_the_finetune_anchor_of_the_same_run():
