@@ -400,6 +400,23 @@ def test_pii_baselines_train_the_anchors_epochs():
     assert by_label["finetune-4ep"].params["epochs"] == 4
 
 
+@pytest.mark.parametrize("suite,track,labels", [
+    ("canaries_baselines", "canaries", {"scp_delta_r_b", "goldfish", "dp-full-eps8", "early_stop"}),
+    ("secrets_baselines", "secrets", {"hush-full", "dp-full-eps8", "lora", "goldfish", "early_stop"})])
+def test_canaries_and_secrets_baselines_train_the_anchors_epochs(suite, track, labels):
+    """The fields on canary exposure and secret-level membership: the track's world and anchors; every trained
+    configuration but the short fine-tune runs the anchor's epochs, and the Goldfish loss applies to fine-tuning
+    too, since the inserted targets are in the adaptation data and its pretraining loss alone would not reach them."""
+    s, by_label = _baselines_on(suite, track)
+    assert s.world == load_suite(track).world and s.seeds == [0, 1]
+    assert labels | {"finetune-1ep"} <= set(by_label)
+    config = {label: d.instance.config for label, d in by_label.items()}  # with the plugins' defaults
+    for label in labels:
+        assert config[label]["epochs"] == config["finetune"]["epochs"] == 4, label
+    assert config["goldfish"]["adapt_goldfish"] is True
+    assert config["finetune-1ep"]["epochs"] == 1
+
+
 def test_users_baselines_run_in_the_users_tracks_recipe():
     """Kandpal et al.'s mitigations on user inference: the users track's world and anchors, and every trained
     configuration in the anchor's recipe (10 epochs, 192-token chunks) but the shortened fine-tune."""
