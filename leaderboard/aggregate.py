@@ -333,8 +333,9 @@ SELECTION_BIAS = (
 DISPLAY_COLUMNS = ["rank", "defense", "parameters", "TPR@1%FPR [95% CI]", "AUC [95% CI]", "worst attack",
                    "utility retained [95% CI]", "guarantee", "cost (train+attack)", "seeds"]
 #: parameters shown first in the one-line summary (then the others by name); (short name, value before name)
-PARAM_SHORT = {"method": ("", False), "epsilon": ("ε", False), "noise_multiplier": ("σ", False),
-               "clip": ("clip", False), "lr": ("lr", False), "epochs": ("ep", True), "r": ("r", False),
+PARAM_SHORT = {"method": ("", False), "variant": ("", False), "epsilon": ("ε", False),
+               "noise_multiplier": ("σ", False), "clip": ("clip", False), "lr": ("lr", False), "epochs": ("ep", True),
+               "r": ("r", False), "k": ("k", False), "m": ("m", False), "h": ("h", False),
                "max_per_user": ("max/user", False)}
 #: training plumbing that is the same for almost every configuration; on the defense page, not in the summary
 PARAM_HIDDEN = {"batch_size", "chunk_length", "weight_decay", "target_modules", "grad_sample_mode", "accountant",

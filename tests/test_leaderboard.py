@@ -676,6 +676,12 @@ def test_display_and_params_summary():
     dp = {"method": "full", "epsilon": 8.0, "clip": 0.1, "epochs": 4.0, "r": 8, "prefix_length": 32}
     assert params_summary(dp) == "full · ε 8 · clip 0.1 · 4 ep"
     assert params_summary({**dp, "method": "lora"}) == "lora · ε 8 · clip 0.1 · 4 ep · r 8"
+    # a variant names the algorithm (naf), and the settings that define it come before the alphabetical rest
+    naf = {"variant": "scp_delta_r_b", "epochs": 4.0, "lr": 0.002, "batch_size": 16, "constant_base": "mean_logits",
+           "fuse_grid": 10, "guarantee_texts": 256, "k": 2, "m": 10}
+    assert params_summary(naf) == "scp_delta_r_b · lr 2e-3 · 4 ep · k 2 · m 10 · …"
+    goldfish = {"epochs": 4.0, "lr": 0.002, "k": 4, "h": 3, "adapt_goldfish": True}
+    assert params_summary(goldfish) == "lr 2e-3 · 4 ep · k 4 · h 3 · adapt_goldfish true"
 
 
 def test_display_ranking_cells(tracks_db):
