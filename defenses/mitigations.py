@@ -116,8 +116,9 @@ class _EarlyStopper:
     def start(self, model: torch.nn.Module) -> None:
         self(0, model)
 
-    def __call__(self, step: int, model: torch.nn.Module) -> bool:
-        if step % self.interval:
+    def __call__(self, step: int, model: torch.nn.Module, *, final: bool = False) -> bool:
+        """Validate at every ``interval``-th step, and at the last step when ``final`` (under its own number)."""
+        if step % self.interval and not final:
             return False
         loss = mean_token_loss(model, self.val, self.pad_id, self.device)
         self.history.append((step, round(loss, 5)))
@@ -158,7 +159,7 @@ class EarlyStop(FineTune):
         model = self.finetune(model, list(data.texts), ctx, desc="adapt: early_stop", should_stop=stopper)
         final_step = self._report["train"]["steps"]
         if final_step % self.eval_interval:  # score the last weights too, so the best is really the best
-            stopper(final_step - final_step % self.eval_interval + self.eval_interval, model)
+            stopper(final_step, model, final=True)
         if stopper.best_state is not None:
             model.load_state_dict(stopper.best_state)
         model.eval()

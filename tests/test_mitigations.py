@@ -155,6 +155,17 @@ def test_early_stop_trains_on_all_its_data_and_validates_on_held_back_records(wo
         d.adapt(_model(world), AdaptationData(own), world["ctx"])
 
 
+def test_early_stop_scores_the_last_weights_under_the_last_steps_number(world):
+    """A run that ends between two checks validates its last weights too, and its report names that step: 32
+    records in batches of 4 for one epoch are 8 steps, checked every 3 steps."""
+    d = EarlyStop(epochs=1.0, lr=2e-2, batch_size=4, eval_interval=3, patience=100)
+    rep = d.adapt(_model(world), AdaptationData(tuple(_texts(32, 8)), validation=tuple(_texts(8, 42))),
+                  world["ctx"]).report
+    assert rep["train"]["steps"] == 8 and rep["stopped_at"] is None
+    assert [step for step, _ in rep["val_history"]] == [0, 3, 6, 8]
+    assert rep["best_step"] <= 8
+
+
 def test_only_a_validating_defense_sees_held_back_data_in_its_cache_key():
     import dataclasses
     base = AdaptationData(("a", "b"))
