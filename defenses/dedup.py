@@ -19,7 +19,7 @@ from __future__ import annotations
 import hashlib
 import re
 
-from bench.defense import Filtered
+from bench.defense import Adapted, Filtered
 from bench.errors import ConfigError
 from bench.params import Param
 from bench.registry import register_defense
@@ -64,15 +64,29 @@ def dedup_texts(texts: list[str], ngram: int = 13, near_threshold: float = 0.5) 
 @register_defense("dedup")
 class Dedup(FineTune):
     description = ("Exact and near-duplicate (long word n-gram) removal from the pretraining corpus after the "
-                   "challenger's inserts; then plain fine-tuning.")
+                   "challenger's inserts; then plain fine-tuning (of the adaptation data deduplicated the same "
+                   "way with adapt_dedup).")
     stages = frozenset({"pretrain", "adapt"})
     params = ADAPT_PARAMS + (
         Param("ngram", int, 13, "words per n-gram of the near-duplicate test", low=1),
         Param("near_threshold", float, 0.5, "share of a document's n-grams already seen that makes it a near "
               "duplicate", low=0.0, high=1.0, low_inclusive=False),
+        Param("adapt_dedup", bool, False, "also deduplicate the adaptation data before fine-tuning"),
     )
     code_modules = ("defenses.finetune",)
 
     def pretrain_texts(self, docs: list[str]) -> Filtered:
         keep, counts = dedup_texts(docs, self.ngram, self.near_threshold)
         return Filtered([docs[i] for i in keep], counts)
+
+    def adapt(self, model, data, ctx):
+        """Plain fine-tuning; with ``adapt_dedup``, on the adaptation records that survive :func:`dedup_texts` in
+        the order given: the first copy of a repeated record stays, its repeats go (a canary inserted r times is
+        trained on once), and so does a record most of whose long n-grams an earlier one holds."""
+        if not self.adapt_dedup:
+            return super().adapt(model, data, ctx)
+        texts = list(data.texts)
+        keep, counts = dedup_texts(texts, self.ngram, self.near_threshold)
+        model = self.finetune(model, [texts[i] for i in keep], ctx, desc="adapt: dedup")
+        self._report["adapt_dedup"] = {"records_in": len(texts), **counts}
+        return Adapted(model, self.training_report())

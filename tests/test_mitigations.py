@@ -254,6 +254,28 @@ def test_dedup_hook_removes_repeated_inserts():
     assert report["inserts_in"] == 15 and report["inserts_kept"] == 5 and report["exact_removed"] == 10
 
 
+def test_dedup_of_the_adaptation_data_trains_each_repeated_record_once(world):
+    """adapt_dedup: a canary inserted three times is trained on in one copy, every distinct record still is, and
+    the report counts what went; without it the recipe is plain fine-tuning on every copy."""
+    distinct = _texts(12, 33)
+    repeated = distinct[:4] * 3 + distinct[4:]  # four records inserted three times
+    ctx = world["ctx"]
+    enc = lambda ts: [tuple(r) for r in ctx.encode(ts, 128)]  # noqa: E731
+    for adapt_dedup, copies in ((True, 1), (False, 3)):
+        model = _model(world)
+        rec = _Recorder(model)
+        d = Dedup(adapt_dedup=adapt_dedup, epochs=1.0, batch_size=4)
+        result = d.adapt(model, AdaptationData(tuple(repeated)), ctx)
+        trained = [row for training, row in rec.rows if training]
+        assert {row: trained.count(row) for row in enc(distinct[:4])} == dict.fromkeys(enc(distinct[:4]), copies)
+        assert set(trained) == set(enc(distinct))
+        if adapt_dedup:
+            assert result.report["adapt_dedup"] == {"records_in": 20, "exact_removed": 8, "near_removed": 0,
+                                                    "kept": 12}
+        else:
+            assert "adapt_dedup" not in result.report
+
+
 # ----------------------------------------------------------------------------------- own θ per defense
 def test_pretrain_stage_defenses_get_their_own_theta_and_undefended_key_is_unchanged(cache):
     import json
