@@ -401,7 +401,7 @@ def test_pii_baselines_train_the_anchors_epochs():
 
 
 @pytest.mark.parametrize("suite,track,labels", [
-    ("canaries_baselines", "canaries", {"scp_delta_r_b", "goldfish", "dp-full-eps8", "early_stop"}),
+    ("canaries_baselines", "canaries", {"scp_delta_r_b", "goldfish", "dedup", "dp-full-eps8", "early_stop"}),
     ("secrets_baselines", "secrets", {"hush-full", "dp-full-eps8", "lora", "goldfish", "early_stop"})])
 def test_canaries_and_secrets_baselines_train_the_anchors_epochs(suite, track, labels):
     """The fields on canary exposure and secret-level membership: the track's world and anchors; every trained
@@ -414,6 +414,8 @@ def test_canaries_and_secrets_baselines_train_the_anchors_epochs(suite, track, l
     for label in labels:
         assert config[label]["epochs"] == config["finetune"]["epochs"] == 4, label
     assert config["goldfish"]["adapt_goldfish"] is True
+    if "dedup" in config:  # canaries: the repeats go from the adaptation data, not only from pretraining
+        assert config["dedup"]["adapt_dedup"] is True
     assert config["finetune-1ep"]["epochs"] == 1
 
 
