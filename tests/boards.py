@@ -100,7 +100,8 @@ def write_track_run(store: Store, key: str, *, track: dict | None, suite: str, d
     config = {"name": suite, "defenses": entries, "seeds": list(seeds)}
     if track is not None:
         config["track"] = track
-    run_id, _ = store.begin_run(run_key=key, suite=suite, config=config, config_hash=f"h-{key}", code_version=code_version,
+    run_id, _ = store.begin_run(run_key=key, suite=suite, config=config, config_hash=f"h-{key}",
+                                code_version=code_version,
                                 plugin_versions={"defense:finetune": "0.1.0", "defense:none": "1.0.0",
                                                  "defense:lora": "0.1.0"},
                                 seeds=list(seeds), hardware={}, command=f"privbench run --suite {suite}")
