@@ -16,6 +16,8 @@ accountant side only, so it can be tested without training anything:
 * :func:`group_privacy` and :func:`largest_group` turn the per-record (ε, δ) into the
   guarantee of the largest group of records that a membership game treats as one
   unit (a user's records, the records carrying one secret, a text repeated r times).
+* :func:`privacy_units` assigns each record to the unit a unit-level DP-SGD clips as one (McMahan et al. 2018;
+  Chua et al. 2024), so the guarantee covers the whole unit without the group bound's k·ε.
 """
 
 from __future__ import annotations
@@ -156,6 +158,63 @@ def largest_group(texts: Sequence[str], users: Sequence[str] | None = None,
     return max(Counter(texts).values()), "identical text"
 
 
+#: the privacy units a DP defense can clip as one: ``auto`` takes the unit its data names (as largest_group)
+PRIVACY_UNITS = ("record", "user", "secret", "text", "auto")
+
+
+def privacy_units(texts: Sequence[str], users: Sequence[str] | None = None,
+                  secrets: Sequence[Sequence[str]] | None = None, by: str = "record") -> tuple[list[int], str]:
+    """Unit index of each record (0, 1, ... in order of first appearance) and the unit's name.
+
+    Why: user-level DP-SGD samples and clips whole units, so adding or removing one unit (all its records)
+    moves the released sum by at most the clipping norm. ``user``: the records of one owner. ``secret``: the
+    records that carry one secret; a record carrying two secrets joins their units (connected components), so
+    every secret's records stay inside one unit; a record carrying none is a unit alone. ``text``: identical
+    texts (a canary inserted r times). ``auto``: ``user`` when owners are given, else ``secret`` when some
+    record carries one, else ``text``.
+    """
+    if by not in PRIVACY_UNITS:
+        raise ConfigError(f"privacy unit {by!r} is unknown: use one of {', '.join(PRIVACY_UNITS)}")
+    for name, aligned in (("users", users), ("secrets", secrets)):
+        if aligned is not None and len(aligned) != len(texts):
+            raise ConfigError(f"privacy units: {len(aligned)} {name} for {len(texts)} texts: align them with the "
+                              f"texts (one entry per text)")
+    if by == "auto":
+        by = ("user" if users is not None
+              else "secret" if secrets is not None and any(len(s) for s in secrets) else "text")
+    if by == "record":
+        return list(range(len(texts))), by
+    if by == "user":
+        if users is None:
+            raise ConfigError("privacy unit 'user' needs the owner of each text, which this task does not name: "
+                              "use a user-stratified task (e.g. synthetic_users) or unit record, text or auto")
+        keys: list = list(users)
+    elif by == "text":
+        keys = list(texts)
+    else:
+        if secrets is None:
+            raise ConfigError("privacy unit 'secret' needs the secrets each text carries, which this task does not "
+                              "name: use a secret-bearing task (e.g. synthetic_secrets) or unit record, text or auto")
+        parent = list(range(len(texts)))
+
+        def root(i: int) -> int:
+            while parent[i] != i:
+                parent[i] = parent[parent[i]]
+                i = parent[i]
+            return i
+
+        first: dict[str, int] = {}
+        for i, carried in enumerate(secrets):
+            for s in carried:
+                j = first.setdefault(s, i)
+                ri, rj = root(i), root(j)
+                if ri != rj:
+                    parent[max(ri, rj)] = min(ri, rj)
+        keys = [root(i) for i in range(len(texts))]
+    index: dict = {}
+    return [index.setdefault(k, len(index)) for k in keys], by
+
+
 @dataclass
 class DPLedger:
     """Everything needed to re-derive (and audit) the guarantee of one DP-SGD run."""
@@ -175,17 +234,25 @@ class DPLedger:
     batch: float = 0.0           # expected batch size q * n
     n_records: int = 0
     poisson: bool = True
-    unit: str = "record"         # the neighbouring relation: add/remove one adaptation record
+    unit: str = "record"         # the neighbouring relation: add/remove one adaptation record (or one unit)
     extra: dict = field(default_factory=dict)
 
     @classmethod
     def build(cls, *, sigma: float, sample_rate: float, steps: int, clip: float, delta: float,
-              n_records: int, target_epsilon: float | None, accountant: str, **extra) -> "DPLedger":
+              n_records: int, target_epsilon: float | None, accountant: str, unit: str = "record",
+              n_units: int | None = None, **extra) -> "DPLedger":
+        """``n_units`` (with ``unit`` other than record): the number of units sampled, whose expected count per
+        step is the batch; it is recorded next to ``n_records``."""
+        if unit != "record":
+            if n_units is None:
+                raise ConfigError(f"DPLedger: unit {unit!r} needs n_units, the number of units sampled")
+            extra = {**extra, "n_units": int(n_units)}
+        n = n_records if unit == "record" else n_units
         eps = epsilon_for(sigma, sample_rate, steps, delta)
         return cls(sigma=float(sigma), sample_rate=float(sample_rate), steps=int(steps),
                    epochs=float(steps * sample_rate), clip=float(clip), delta=float(delta),
-                   target_epsilon=target_epsilon, accountant=accountant, batch=float(sample_rate * n_records),
-                   n_records=int(n_records), extra=dict(extra), **eps)
+                   target_epsilon=target_epsilon, accountant=accountant, batch=float(sample_rate * n),
+                   n_records=int(n_records), unit=unit, extra=dict(extra), **eps)
 
     @property
     def epsilon(self) -> float:

@@ -248,12 +248,20 @@ def utility_rows(w: Worlds, lm: HFLanguageModel, heldout: list[str], *, key: str
 
 
 def audit_group_size(ch, units, data, guarantee: dict | None) -> int:
-    """How many training records one audit canary's coin changes, the group a DP claim must cover: its copies
-    (``adapt_target_repeats``), times its unit's records when the canaries are users or secrets and the claim
-    speaks of records (a unit-level claim covers a unit as one), times 2 where a c = 0 canary is trained as its
-    neighbour (``secrets_replaced``: a swap is one removal and one addition)."""
+    """How many of the claim's privacy units one audit canary's coin changes, the group a DP claim must cover.
+
+    A record-level claim: the canary's copies (``adapt_target_repeats``), times its unit's records when the
+    canaries are users or secrets. A unit-level claim (dp_adapt ``unit``) of the game's unit covers a canary and
+    its copies as one unit; one of identical texts covers the copies of a record canary as one, and each distinct
+    text of a user or secret as another. Times 2 where a c = 0 canary is trained as its neighbour
+    (``secrets_replaced``: a swap is one removal and one addition)."""
+    claim_unit = (guarantee or {}).get("unit", "record")
     size = int(ch.config["adapt_target_repeats"])
-    if ch.unit != "record" and (guarantee or {}).get("unit", "record") != ch.unit:
+    if claim_unit == "text":
+        size = 1 if ch.unit == "record" else max((ch.unit_size(u) for u in units), default=1)
+    elif claim_unit != "record" and claim_unit == ch.unit:
+        size = 1
+    elif ch.unit != "record":
         size *= max((ch.unit_size(u) for u in units), default=1)
     if (data.public_format or {}).get("negatives") == "replaced":
         size *= 2

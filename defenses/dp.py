@@ -56,12 +56,13 @@ from __future__ import annotations
 import logging
 import math
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bench.accounting import DPLedger, group_privacy, largest_group, noise_for_epsilon
+from bench.accounting import PRIVACY_UNITS, DPLedger, group_privacy, largest_group, noise_for_epsilon, privacy_units
 from bench.defense import Adapted, Defense, TrainContext
 from bench.errors import ConfigError
 from bench.params import Param
@@ -120,6 +121,10 @@ PARAMS = (
           "one backward without weight gradients; norms and the clipped sum from activations and output "
           "gradients; defenses/dp_bookkeeping.py)",
           choices=GRAD_SAMPLE_MODES),
+    Param("unit", str, "record", "the privacy unit: record (DP-SGD on records), or user, secret or text (identical "
+          "texts) for unit-level DP-SGD that samples and clips whole units (a unit's gradient is the mean of its "
+          "records'), so epsilon bounds one unit; auto = the unit the data names (user, else secret, else text)",
+          choices=PRIVACY_UNITS),
 )
 
 
@@ -151,6 +156,47 @@ class _Collate:
             ids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
             mask[r, : len(s)] = 1
         return ids, mask
+
+
+class _UnitCollate(_Collate):
+    """Right-pad the records of a batch of units: (ids, mask, row_unit), the rows of a unit next to each other
+    and ``row_unit`` the unit (0 .. units in the batch − 1) each row belongs to."""
+
+    def __call__(self, batch: list[list[list[int]]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        rows = [s for unit in batch for s in unit]
+        ids, mask = super().__call__(rows)
+        row_unit = torch.tensor([u for u, unit in enumerate(batch) for _ in unit], dtype=torch.long)
+        return ids, mask, row_unit
+
+
+def unit_weights(row_unit: torch.Tensor) -> torch.Tensor:
+    """1 / (rows of the row's unit): a unit's loss is the mean of its records' losses, so its gradient is the
+    mean of theirs (Charles et al. 2024), on the scale of one record's whatever the unit's size."""
+    return 1.0 / torch.bincount(row_unit)[row_unit].to(torch.float32)
+
+
+def sum_rows_by_unit(x: torch.Tensor, row_unit: torch.Tensor, n_units: int) -> torch.Tensor:
+    """Per-row tensors (rows, ...) summed per unit: (units, ...)."""
+    return x.new_zeros((n_units, *x.shape[1:])).index_add_(0, row_unit.to(x.device), x)
+
+
+def regroup_tokens(x: torch.Tensor, row_unit: torch.Tensor, n_units: int) -> torch.Tensor:
+    """Per-row token tensors (rows, T, ...) laid out per unit: (units, R·T, ...) with R the most rows of a unit,
+    a unit's rows one after another along the token axis and zeros where a unit has fewer rows.
+
+    Why: a Linear layer's gradient of a unit is Σ_t g_tᵀ a_t over the tokens of all its rows, so the per-record
+    norm and clipped-sum formulas (the ghost norm, the embedding's Σ_{t,s}) hold per unit on this layout.
+    """
+    counts = torch.bincount(row_unit, minlength=n_units)
+    width = int(counts.max())
+    seen: dict[int, int] = {}
+    slots = []
+    for u in row_unit.tolist():
+        slots.append(u * width + seen.get(u, 0))
+        seen[u] = seen.get(u, 0) + 1
+    out = x.new_zeros((n_units * width, *x.shape[1:]))
+    out[torch.tensor(slots, device=x.device)] = x
+    return out.reshape(n_units, width * x.shape[1], *x.shape[2:])
 
 
 def record_losses(logits: torch.Tensor, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -222,30 +268,55 @@ def trained_records(seqs: list[list[int]]) -> list[int]:
 def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsilon: float, delta: float | None,
              clip: float, epochs: float, lr: float, batch_size: int, seed: int, weight_decay: float = 0.0,
              noise_multiplier: float | None = None, accountant: str = "rdp", grad_sample_mode: str = "hooks",
-             device: torch.device | None = None, desc: str = "dp", progress: bool = False) -> dict:
+             device: torch.device | None = None, desc: str = "dp", progress: bool = False,
+             units: list[int] | None = None, unit: str = "record") -> dict:
     """Train the parameters of ``model`` that require grad with DP-SGD + AdamW; returns the report.
 
     ``epsilon = inf`` (and no ``noise_multiplier``) trains on the same Poisson batches without
     clipping or noise: every path draws them from ``gen`` (see the module docstring). ``delta = None``
     means 1/(2n) for the n records trained on (Li et al. 2022). The report has ``ledger`` (a
     :class:`DPLedger` dict, or None when non-private) and the step timing.
+
+    ``units`` (aligned with ``seqs``, from :func:`bench.accounting.privacy_units`) with ``unit`` other than
+    record: unit-level DP-SGD. Each step Poisson-samples whole units; a unit's gradient is the mean of its
+    records' gradients, clipped to ``clip`` as one vector; the noise, the batch (expected units per step),
+    n and the default δ are over units, so (ε, δ) bounds adding or removing one unit with all its records.
     """
     from opacus import PrivacyEngine
     from opacus.data_loader import DPDataLoader
 
-    seqs = [list(seqs[i]) for i in trained_records(seqs)]
+    kept = trained_records(seqs)
+    by_unit = unit != "record"
+    if by_unit:
+        if units is None or len(units) != len(seqs):
+            raise ConfigError(f"{desc}: unit {unit!r} needs one unit index per record "
+                              f"(bench.accounting.privacy_units)")
+        if grad_sample_mode == "ghost":
+            raise ConfigError(f"{desc}: grad_sample_mode ghost clips records inside Opacus' criterion and cannot "
+                              f"clip a unit of several records: use grad_sample_mode hooks, functorch, vmap or bk "
+                              f"with unit {unit!r}")
+    seqs = [list(seqs[i]) for i in kept]
     if not seqs:
         raise ConfigError(f"{desc}: no training record has 2 or more tokens: check the adaptation data")
     device = device or next(model.parameters()).device
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ConfigError(f"{desc}: nothing to train (no parameter requires grad)")
-    n = len(seqs)
+    n_records = len(seqs)
+    if by_unit:
+        grouped: dict[int, list[list[int]]] = {}
+        for i, seq in zip(kept, seqs):
+            grouped.setdefault(units[i], []).append(seq)
+        items: list = list(grouped.values())
+        collate: _Collate = _UnitCollate(pad_id)
+    else:
+        items, collate = seqs, _Collate(pad_id)
+    n = len(items)
     if batch_size > n:
-        raise ConfigError(f"{desc}: batch_size {batch_size} exceeds the {n} records: lower batch_size")
+        raise ConfigError(f"{desc}: batch_size {batch_size} exceeds the {n} {unit}s: lower batch_size")
     private = noise_multiplier is not None or math.isfinite(epsilon)
     gen = torch.Generator().manual_seed(seed)
-    loader = torch.utils.data.DataLoader(_Records(seqs), batch_size=batch_size, collate_fn=_Collate(pad_id),
+    loader = torch.utils.data.DataLoader(_Records(items), batch_size=batch_size, collate_fn=collate,
                                          generator=gen)
     sample_rate = 1.0 / len(loader)  # Opacus' definition: q = 1 / batches per epoch, about batch_size / n
     steps = max(1, int(round(epochs / sample_rate)))
@@ -300,7 +371,8 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
         bar = tqdm(total=steps, desc=desc, unit="step", leave=False, mininterval=1.0)
     try:
         while step < steps:
-            for ids, mask in loader:
+            for ids, mask, *rest in loader:
+                row_unit = rest[0] if rest else None
                 if step >= steps:
                     break
                 t0 = time.perf_counter()
@@ -319,20 +391,31 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                     opt.zero_grad(set_to_none=True)
                 else:
                     ids, mask = ids.to(device), mask.to(device)
+                    backward = None
                     if vmap_dp is not None:
-                        loss = vmap_dp.backward(ids, mask)
+                        loss = (vmap_dp.backward(ids, mask) if row_unit is None
+                                else vmap_dp.backward(ids, mask, row_unit=row_unit.to(device)))
                     elif criterion is not None:
                         dp_loss = criterion(model(input_ids=ids, attention_mask=mask).logits, ids, mask)
-                        loss = dp_loss.detach()
+                        loss, backward = dp_loss.detach(), dp_loss
                     else:
                         logits = model(input_ids=ids, attention_mask=mask).logits
-                        loss = record_losses(logits, ids, mask).mean()
+                        if row_unit is None:
+                            loss = backward = record_losses(logits, ids, mask).mean()
+                        else:
+                            row_unit = row_unit.to(device)
+                            weighted = record_losses(logits, ids, mask) * unit_weights(row_unit)
+                            loss = weighted.sum() / (int(row_unit.max()) + 1)  # the mean of the units' losses
+                            # Opacus ("mean") scales each row's gradient by the rows: row r gets w_r ∇ℓ_r
+                            backward = weighted.mean() if private else loss
                     if not torch.isfinite(loss):
                         raise ConfigError(f"{desc}: training loss became {loss.item()}: lower the learning rate")
-                    if criterion is not None:
-                        dp_loss.backward()  # Opacus: norms, then the sum of clipped per-record losses
-                    elif vmap_dp is None:
-                        loss.backward()
+                    if backward is not None:
+                        backward.backward()  # ghost (Opacus): norms, then the sum of clipped per-record losses
+                    if row_unit is not None and private and vmap_dp is None:
+                        n_units = int(row_unit.max()) + 1  # Opacus then clips each unit's summed gradient
+                        for p in params:
+                            p.grad_sample = sum_rows_by_unit(p.grad_sample, row_unit, n_units)
                     opt.step()
                     opt.zero_grad(set_to_none=True)
                     tokens += int(mask.sum())
@@ -364,8 +447,8 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
         if hist != [(sigma, sample_rate, steps)]:  # the engine's own account must match ours
             raise ConfigError(f"{desc}: Opacus accounted {hist}, expected {[(sigma, sample_rate, steps)]}")
         ledger = DPLedger.build(sigma=sigma, sample_rate=sample_rate, steps=steps, clip=clip, delta=delta,
-                                n_records=n, target_epsilon=target, accountant=calibrated_by,
-                                grad_sample_mode=grad_sample_mode)
+                                n_records=n_records, target_epsilon=target, accountant=calibrated_by,
+                                grad_sample_mode=grad_sample_mode, unit=unit, n_units=n if by_unit else None)
     timed = step_times[1:] or step_times  # the first step pays one-off setup
     total = sum(step_times)
     return {
@@ -375,8 +458,8 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
         "steps": steps, "empty_steps": empty, "tokens": tokens, "final_loss": loss_val,
         "seconds": round(total, 3), "step_seconds_mean": sum(timed) / len(timed),
         "tokens_per_s": round(tokens / total, 1) if total > 0 else float("nan"),
-        "sample_rate": sample_rate, "expected_batch": sample_rate * n, "n_records": n, "delta": delta,
-        "lr": lr,
+        "sample_rate": sample_rate, "expected_batch": sample_rate * n, "n_records": n_records, "delta": delta,
+        "lr": lr, **({"unit": unit, "n_units": n} if by_unit else {}),
     }
 
 
@@ -431,8 +514,12 @@ class _VmapDP:
     def param_groups(self):
         return self.optimizer.param_groups
 
-    def backward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """Per-record gradients of the batch (kept until ``step``); returns the mean record loss."""
+    def backward(self, ids: torch.Tensor, mask: torch.Tensor, row_unit: torch.Tensor | None = None) -> torch.Tensor:
+        """Per-record gradients of the batch (kept until ``step``); returns the mean record loss.
+
+        With ``row_unit`` (unit-level DP), each unit's gradient is the mean of its rows' (``unit_weights``), kept
+        per unit: the dense ones summed, the embedding's laid out by :func:`regroup_tokens`; ``step`` then clips
+        units as it clips records. Returns the mean unit loss."""
         params = {k: p.detach() for k, p in self.dense.items()}
         if self.emb is not None:
             embeds = self.emb(ids).detach()
@@ -440,8 +527,20 @@ class _VmapDP:
         else:
             g_dense, losses = self._fn(params, None, ids, mask)
             g_emb = None
+        if row_unit is None:
+            self._pending = (g_dense, g_emb, ids)
+            return losses.mean()
+        w = unit_weights(row_unit)
+        n_units = int(row_unit.max()) + 1
+        g_dense = {k: sum_rows_by_unit(g * w.view(-1, *[1] * (g.dim() - 1)), row_unit, n_units)
+                   for k, g in g_dense.items()}
+        if g_emb is not None:
+            g_emb = regroup_tokens(g_emb * w[:, None, None], row_unit, n_units)
+            ids = regroup_tokens(ids, row_unit, n_units)
+        else:
+            ids = torch.zeros((n_units, 1), dtype=torch.long, device=ids.device)  # step reads the unit count
         self._pending = (g_dense, g_emb, ids)
-        return losses.mean()
+        return (losses * w).sum() / n_units
 
     @torch.no_grad()
     def step(self) -> None:
@@ -597,12 +696,18 @@ class DPAdapt(Defense):
                    "epsilon: inf trains the same method without DP.")
     params = PARAMS
     #: 0.2.0: default delta 1/(2n) (was 1/n); the guarantee names its unit and adds the group-privacy bound
-    version = "0.2.0"
+    #: 0.3.0: unit-level DP-SGD (``unit``: user, secret, text, auto); unit record trains as 0.2.0
+    version = "0.3.0"
     #: other modules whose code decides the adapted artifact (part of ensure_adapted's cache key)
     code_modules = ("bench.accounting",)
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
+        if self.unit != "record" and self.grad_sample_mode == "ghost":
+            raise ConfigError(f"dp_adapt: unit {self.unit!r} with grad_sample_mode ghost: Opacus' ghost clipping "
+                              f"clips records inside its criterion, not units of several records; use "
+                              f"grad_sample_mode hooks, functorch, vmap or bk")
+        self._unit: str = "record"  # the unit the last adaptation clipped (auto resolved)
         self._ledger: DPLedger | None = None
         self._report: dict = {}
         self._group: tuple[int, str] | None = None  # (k, group_by) of the last adaptation's data
@@ -619,19 +724,28 @@ class DPAdapt(Defense):
                     desc=desc, progress=ctx.progress)
 
     def adapt(self, model, data, ctx: TrainContext):
-        desc = f"adapt: dp_adapt {self.method} eps={self.epsilon}"
         seqs = ctx.encode(data.texts, self.chunk_length)
         kept = trained_records(seqs)  # the group sizes count only records that are trained on
-        self._group = largest_group(
-            [data.texts[i] for i in kept],
-            users=[data.users[i] for i in kept] if data.users is not None else None,
-            secrets=[data.secrets[i] for i in kept] if data.secrets is not None else None) if kept else None
+        kept_users = [data.users[i] for i in kept] if data.users is not None else None
+        kept_secrets = [data.secrets[i] for i in kept] if data.secrets is not None else None
+        kept_texts = [data.texts[i] for i in kept]
+        units, self._unit = privacy_units(data.texts, data.users, data.secrets, by=self.unit)
+        if self._unit == "record":
+            self._group = largest_group(kept_texts, users=kept_users, secrets=kept_secrets) if kept else None
+        else:  # the records of one unit are clipped as one: its ε holds for all of them together
+            sizes = Counter(units[i] for i in kept)
+            self._group = (max(sizes.values()), f"records of one {self._unit}") if kept else None
+        desc = f"adapt: dp_adapt {self.method} eps={self.epsilon}" + (f" per {self._unit}" if self._unit != "record"
+                                                                       else "")
+        train_kw = self._train_kw(ctx, desc)
+        if self._unit != "record":
+            train_kw.update(units=units, unit=self._unit)
         total = sum(p.numel() for p in model.parameters())
         if self.method == "full":
             for p in model.parameters():
                 p.requires_grad_(True)
             trainable = total
-            report = dp_train(model, seqs, **self._train_kw(ctx, desc))
+            report = dp_train(model, seqs, **train_kw)
             out = model
         elif self.method == "head":
             head = model.get_output_embeddings()
@@ -643,7 +757,7 @@ class DPAdapt(Defense):
                 p.requires_grad_(True)
             trainable = sum(p.numel() for p in head.parameters())
             try:
-                report = dp_train(model, seqs, **self._train_kw(ctx, desc))
+                report = dp_train(model, seqs, **train_kw)
             finally:
                 for p in model.parameters():
                     p.requires_grad_(True)
@@ -654,13 +768,12 @@ class DPAdapt(Defense):
                              target_modules=list(self.target_modules), task_type="CAUSAL_LM", bias="none")
             peft_model = get_peft_model(model, cfg)
             trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
-            report = dp_train(peft_model, seqs, **self._train_kw(ctx, desc))
+            report = dp_train(peft_model, seqs, **train_kw)
             out = peft_model.merge_and_unload()
             for p in out.parameters():
                 p.requires_grad_(True)
         else:  # prefix: cannot merge, released as base + adapter (PrefixRelease)
-            peft_model, report = train_prefix(model, seqs, prefix_length=self.prefix_length,
-                                              **self._train_kw(ctx, desc))
+            peft_model, report = train_prefix(model, seqs, prefix_length=self.prefix_length, **train_kw)
             trainable = sum(p.numel() for p in peft_model.parameters() if p.requires_grad)
             peft_model.eval()
             out = PrefixRelease(peft_model, ctx.tokenizer)
@@ -672,8 +785,12 @@ class DPAdapt(Defense):
     def guarantee(self) -> dict[str, Any] | None:
         """(ε, δ) per adaptation record (``unit: record``), and for the largest group of records that one
         user, secret or repeated text spans in the training data, the group-privacy bound (``group_*``): the
-        record-level ε alone would understate what user-, secret- and repeated-canary games face."""
-        base = {"name": "epsilon", "method": self.method, "clip": self.clip, "unit": "record",
+        record-level ε alone would understate what user-, secret- and repeated-canary games face.
+
+        Unit-level DP (``unit`` user, secret or text): (ε, δ) per unit, with all its records (at most
+        ``unit_records_max`` in the training data), and the group bound of two units (``group_k`` 2: a unit swapped
+        for another, as a secret's neighbour replaces it)."""
+        base = {"name": "epsilon", "method": self.method, "clip": self.clip, "unit": self._unit,
                 "epsilon_target": self.epsilon if math.isfinite(self.epsilon) else "inf"}
         if self._ledger is None:
             if not self._report:
@@ -682,7 +799,12 @@ class DPAdapt(Defense):
                     "note": "non-private run (epsilon: inf): no DP guarantee"}
         led = self._ledger
         out = {**base, **led.to_dict(), "value": led.epsilon, "delta": led.delta, "accountant": led.accountant}
-        if math.isfinite(led.epsilon) and self._group is not None:
+        if math.isfinite(led.epsilon) and self._unit != "record":
+            eps_2, delta_2 = group_privacy(led.epsilon, led.delta, 2)
+            out.update(unit_records_max=self._group[0] if self._group else 0, group_k=2,
+                       group_by=f"two {self._unit}s (a swap: one removed, one added)", group_epsilon=eps_2,
+                       group_delta=delta_2)
+        elif math.isfinite(led.epsilon) and self._group is not None:
             k, by = self._group
             eps_k, delta_k = group_privacy(led.epsilon, led.delta, k)
             out.update(group_k=k, group_by=by, group_epsilon=eps_k, group_delta=delta_k)

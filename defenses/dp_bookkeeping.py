@@ -106,8 +106,12 @@ class BookKeepingDP:
             return output
         return hook
 
-    def backward(self, ids: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """One forward and one backward pass without weight gradients; returns the mean record loss."""
+    def backward(self, ids: torch.Tensor, mask: torch.Tensor, row_unit: torch.Tensor | None = None) -> torch.Tensor:
+        """One forward and one backward pass without weight gradients; returns the mean record loss.
+
+        With ``row_unit`` (unit-level DP) each record's loss is weighted by 1 / its unit's rows, so a unit's
+        gradient is the mean of its records'; ``step`` lays the book out per unit and clips units. Returns the
+        mean unit loss then."""
         self._book = {n: [] for n, m in self.modules.items() if m is not self.emb}
         handles = [m.register_forward_hook(self._record(n)) for n, m in self.modules.items() if m is not self.emb]
         for p in self.params:
@@ -121,6 +125,9 @@ class BookKeepingDP:
                     embeds = None
                     logits = self.model(input_ids=ids, attention_mask=mask).logits
                 losses = self.loss_fn(logits, ids, mask)
+                if row_unit is not None:
+                    from defenses.dp import unit_weights
+                    losses = losses * unit_weights(row_unit)
                 if losses.requires_grad:
                     losses.sum().backward()  # records are independent: each output gradient is its own record's
         finally:
@@ -128,8 +135,10 @@ class BookKeepingDP:
                 h.remove()
             for p in self.params:
                 p.requires_grad_(True)
-        self._pending = (ids, embeds.grad if embeds is not None else None)
-        return losses.detach().mean()
+        self._pending = (ids, embeds.grad if embeds is not None else None, row_unit)
+        if row_unit is None:
+            return losses.detach().mean()
+        return losses.detach().sum() / (int(row_unit.max()) + 1)
 
     def _entries(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(activations, output gradients) of a layer as (B, T, d) tensors, calls joined along T."""
@@ -151,7 +160,14 @@ class BookKeepingDP:
     def step(self) -> None:
         sums: dict[int, torch.Tensor] = {}
         if self._pending is not None:
-            ids, g_emb = self._pending
+            ids, g_emb, row_unit = self._pending
+            units = None
+            if row_unit is not None:  # unit-level: each unit's tokens along one axis, its norm over all of them
+                from defenses.dp import regroup_tokens
+                n_units = int(row_unit.max()) + 1
+                units = lambda x: regroup_tokens(x, row_unit, n_units)  # noqa: E731
+                ids = units(ids)
+                g_emb = units(g_emb) if g_emb is not None else None
             n = ids.shape[0]
             norm2 = torch.zeros(n, dtype=torch.float32, device=ids.device)
             layers = []
@@ -161,6 +177,8 @@ class BookKeepingDP:
                 a, g = self._entries(name)
                 if a is None:
                     continue
+                if units is not None:
+                    a, g = units(a), units(g)
                 a, g = a.float(), g.float()
                 per_record = None  # per-record weight gradients, where forming them is the cheaper way to the norm
                 if isinstance(module, torch.nn.LayerNorm):

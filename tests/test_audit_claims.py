@@ -88,8 +88,15 @@ def test_a_record_level_claim_is_checked_over_a_whole_user_canary():
     claim = {"name": "epsilon", "value": 1.0, "delta": 1e-5, "unit": "record"}
     assert audit_group_size(ch, inst.record_ids, users, claim) == 4
     assert audit_group_size(ch, inst.record_ids, users, dict(claim, unit="user")) == 1
+    # a claim per identical text covers each of the user's 4 distinct texts as its own unit
+    assert audit_group_size(ch, inst.record_ids, users, dict(claim, unit="text")) == 4
     records = Challenger(data, world, seed=0)
     assert audit_group_size(records, records.instance(GAMES["audit"]).record_ids, data, claim) == 1
+    # a record canary inserted 3 times: 3 records for a record-level claim, one unit for a claim per text
+    thrice = Challenger(data, dict(world, adapt_target_repeats=3), seed=0)
+    ids = thrice.instance(GAMES["audit"]).record_ids
+    assert audit_group_size(thrice, ids, data, claim) == 3
+    assert audit_group_size(thrice, ids, data, dict(claim, unit="text")) == 1
     # a claim with no group bound for 4 records is not checked at all, rather than refuted at the wrong size
     labels = inst.labels
     scores = labels + np.linspace(0.0, 0.5, len(labels))  # separates members perfectly, without ties
