@@ -336,11 +336,13 @@ DISPLAY_COLUMNS = ["rank", "defense", "parameters", "TPR@1%FPR [95% CI]", "AUC [
 PARAM_SHORT = {"method": ("", False), "variant": ("", False), "epsilon": ("ε", False),
                "noise_multiplier": ("σ", False), "clip": ("clip", False), "lr": ("lr", False), "epochs": ("ep", True),
                "r": ("r", False), "k": ("k", False), "m": ("m", False), "h": ("h", False),
-               "max_per_user": ("max/user", False)}
+               "max_per_user": ("max/user", False), "unit": ("per", False)}
 #: training plumbing that is the same for almost every configuration; on the defense page, not in the summary
 PARAM_HIDDEN = {"batch_size", "chunk_length", "weight_decay", "target_modules", "grad_sample_mode", "accountant",
                 "dropout", "alpha", "prefix_length", "delta"}
 PARAM_SUMMARY_ITEMS = 5
+#: values that say only "as usual" (dp_adapt's unit record: DP-SGD on records); left out of the summary
+PARAM_QUIET = {"unit": "record"}
 #: shown parameters that only mean something for some values of a configuration's ``method`` (dp_adapt stores a
 #: LoRA rank for every method, but full fine-tuning under DP has none); the other LoRA and prefix settings are hidden
 PARAM_FOR_METHOD = {"r": {"lora"}}
@@ -473,7 +475,7 @@ def params_summary(params, max_items: int = PARAM_SUMMARY_ITEMS) -> str:
     parts = []
     for k in keys:
         v = p[k]
-        if k in PARAM_HIDDEN or v is None or isinstance(v, (list, dict)):
+        if k in PARAM_HIDDEN or v is None or isinstance(v, (list, dict)) or PARAM_QUIET.get(k, object()) == v:
             continue
         if k in PARAM_FOR_METHOD and "method" in p and p["method"] not in PARAM_FOR_METHOD[k]:
             continue
@@ -603,11 +605,30 @@ def _defense_meta(runs: pd.DataFrame, run: int, label: str) -> tuple[str, str]:
     return name, str(version or "")
 
 
-def _guarantee_text(values: dict[str, float]) -> str:
+def _epsilon_unit(rows: pd.DataFrame) -> str | None:
+    """The privacy unit an ε guarantee names in its details (``unit``: user, secret, text), when it is not a
+    record; None for record-level DP, for other guarantees, and for details that cannot be read."""
+    if "details" not in rows:
+        return None
+    found = set()
+    for details in rows.loc[rows["name"] == "epsilon", "details"]:
+        d = _json(details) if not isinstance(details, dict) else details
+        found.add(d.get("unit", "record") if isinstance(d, dict) else "record")
+    found.discard("record")
+    return "/".join(sorted(found)) or None
+
+
+def _guarantee_text(values: dict[str, float], epsilon_unit: str | None = None) -> str:
+    """``ε 8`` (per record), ``ε 8 per user`` for unit-level DP, then the other guarantees by name."""
     parts = []
     for name in sorted(values, key=lambda n: (n != "epsilon", n)):
-        parts.append(f"{'ε' if name == 'epsilon' else name} {format_number(float(values[name]), 3)}"
-                     if not (isinstance(values[name], float) and math.isnan(values[name])) else f"{name} —")
+        if isinstance(values[name], float) and math.isnan(values[name]):
+            parts.append(f"{name} —")
+            continue
+        text = f"{'ε' if name == 'epsilon' else name} {format_number(float(values[name]), 3)}"
+        if name == "epsilon" and epsilon_unit and math.isfinite(float(values[name])):
+            text += f" per {epsilon_unit}"
+        parts.append(text)
     return "; ".join(parts) if parts else "—"
 
 
@@ -649,14 +670,16 @@ def track_ranking(metrics: pd.DataFrame, utility: pd.DataFrame, guarantees: pd.D
     out = out.merge(_train_cost(configs, util), on=KEYS, how="left")
     cost = metrics.drop_duplicates("evaluation_id").groupby(KEYS + ["seed"])["attack_cost_s"].sum()
     out = out.merge(cost.groupby(KEYS).mean().rename("attack_seconds").reset_index(), on=KEYS, how="left")
-    gts = {}
+    gts, units = {}, {}
     if not guarantees.empty:
-        gr = configs.merge(guarantees[on + ["name", "value"]], on=on, how="inner")
+        cols = on + ["name", "value"] + (["details"] if "details" in guarantees else [])
+        gr = configs.merge(guarantees[cols], on=on, how="inner")
         for key, grp in gr.groupby(KEYS):
             gts[key] = {n: float(v.mean()) for n, v in grp.groupby("name")["value"]}
+            units[key] = _epsilon_unit(grp)
     keys = list(zip(*(out[k] for k in KEYS)))
     out["guarantees"] = [json.dumps(gts.get(k, {}), sort_keys=True) for k in keys]
-    out["guarantee"] = [_guarantee_text(gts.get(k, {})) for k in keys]
+    out["guarantee"] = [_guarantee_text(gts.get(k, {}), units.get(k)) for k in keys]
     meta = [_defense_meta(runs, int(r), d) for r, d in zip(out["latest_run"], out["defense"])]
     out["name"] = [m[0] for m in meta]
     out["version"] = [m[1] for m in meta]

@@ -838,3 +838,22 @@ def test_ranking_and_defense_pages_have_urls(tracks_db, monkeypatch):
     at.selectbox(key="track").set_value("quick").run()
     at.radio(key="page").set_value("Ranking").run()
     assert dict(at.query_params) == {"track": "quick", "page": "ranking"}
+
+
+def test_a_unit_level_epsilon_is_shown_per_unit():
+    """dp_adapt's ``unit`` (user-level DP-SGD) changes what ε bounds: the board says so in the guarantee text and
+    the parameter summary; record-level DP reads as before."""
+    from leaderboard.aggregate import _epsilon_unit, _guarantee_text, params_summary
+
+    def rows(*details):
+        return pd.DataFrame({"name": ["epsilon"] * len(details), "details": [json.dumps(d) for d in details]})
+
+    assert _epsilon_unit(rows({"unit": "user"}, {"unit": "user"})) == "user"
+    assert _epsilon_unit(rows({"unit": "record"}, {"delta": 1e-5})) is None
+    assert _epsilon_unit(pd.DataFrame({"name": ["epsilon"], "details": ["{not json"]})) is None
+    assert _guarantee_text({"epsilon": 8.0}, "user") == "ε 8 per user"
+    assert _guarantee_text({"epsilon": float("inf")}, "user") == "ε ∞"  # no guarantee is no guarantee per user
+    assert _guarantee_text({"epsilon": 8.0}) == "ε 8"
+    base = {"method": "full", "epsilon": 8.0, "clip": 0.1}
+    assert params_summary({**base, "unit": "user"}) == "full · ε 8 · clip 0.1 · per user"
+    assert params_summary({**base, "unit": "record"}) == "full · ε 8 · clip 0.1"
