@@ -429,3 +429,19 @@ def test_users_baselines_run_in_the_users_tracks_recipe():
         assert by_label[label].params["epochs"] == by_label["finetune"].params["epochs"] == 10
         assert by_label[label].params["chunk_length"] == 192
     assert by_label["finetune-3ep"].params["epochs"] == 3
+
+
+@pytest.mark.parametrize("suite,track,unit_label,unit,twin", [
+    ("users_unit_dp", "users", "dp-user-eps8", "user", ("users_unit_dp", "dp-record-eps8")),
+    ("secrets_unit_dp", "secrets", "dp-secret-eps8", "secret", ("secrets_baselines", "dp-full-eps8")),
+    ("canaries_unit_dp", "canaries", "dp-text-eps8", "text", ("canaries_baselines", "dp-full-eps8"))])
+def test_unit_level_dp_suites_differ_from_record_level_dp_only_in_the_unit(suite, track, unit_label, unit, twin):
+    """Each track's unit-level DP-SGD is compared with a record-level DP-SGD of the same recipe on the same worlds:
+    the two configurations differ in ``unit`` alone, so the board shows what the unit buys."""
+    s, by_label = _baselines_on(suite, track)
+    assert s.world == load_suite(track).world and s.seeds == [0, 1]
+    _, twins = _baselines_on(twin[0], track)
+    got, ref = by_label[unit_label].instance.config, twins[twin[1]].instance.config
+    assert got["unit"] == unit and ref["unit"] == "record"
+    assert {k: v for k, v in got.items() if k != "unit"} == {k: v for k, v in ref.items() if k != "unit"}
+    assert got["epochs"] == by_label["finetune"].instance.config["epochs"]  # the anchor's recipe
