@@ -25,7 +25,12 @@ mean token loss, so no record's gradient depends on another record (a token-mean
 over the whole batch, as Hugging Face computes it, would couple records). δ defaults to
 1/(2n) for n records, as Li et al. (2022) use.
 
-Membership games whose unit spans several records (a user's records, the records
+With ``unit`` user, secret or text, the unit of privacy is instead a whole unit (a user's records, the records
+carrying one secret, the copies of one text): Poisson sampling of units, each unit's gradient the mean of its
+records' clipped as one vector, n and δ over units (user-level DP-SGD: McMahan et al. 2018, Charles et al. 2024,
+Chua et al. 2024; docs/dp.md, "Unit-level DP").
+
+Under record-level DP, membership games whose unit spans several records (a user's records, the records
 carrying one secret, a canary inserted r times) get the group-privacy bound of
 the largest such group in the defense's own data (``bench.accounting.group_privacy``:
 ε_k = k·ε, δ_k = k·e^{(k−1)ε}·δ), reported next to the per-record ε.
@@ -692,8 +697,8 @@ def load_prefix_release(directory: Path, meta: dict, *, device: torch.device, fi
 class DPAdapt(Defense):
     description = ("DP-SGD adaptation (Opacus, Poisson sampling, per-record clipping, AdamW) of all weights, "
                    "the output head, LoRA adapters or a prefix (released as base + peft adapter), with "
-                   "(epsilon, delta) accounted by RDP and PRV; "
-                   "epsilon: inf trains the same method without DP.")
+                   "(epsilon, delta) accounted by RDP and PRV; unit: user, secret or text clips and samples whole "
+                   "units (unit-level DP); epsilon: inf trains the same method without DP.")
     params = PARAMS
     #: 0.2.0: default delta 1/(2n) (was 1/n); the guarantee names its unit and adds the group-privacy bound
     #: 0.3.0: unit-level DP-SGD (``unit``: user, secret, text, auto); unit record trains as 0.2.0
