@@ -367,7 +367,7 @@ USER_SUITE = {
     "defenses": [{"name": "finetune", "params": {"epochs": 6, "chunk_length": 160}}],
     "attacks": ["loss", "user_inference"],
     "games": ["adapt", "null"],
-    "world": {"n_per_group": 12, "n_null": 56, "adapt_background": 40},
+    "world": {"n_per_group": 12, "n_null": 40, "adapt_background": 40},
     "reference": True,
     "metrics": {"n_boot": 50},
     "utility": {"n_heldout": 20},
@@ -390,7 +390,34 @@ def test_runner_user_world(cache, tmp_path):
     print("user world AUC:", {f"{g}/{a}": round(v, 3) for (g, a), v in auc.items()},
           {m: round(r["value"], 3) for (g, a, m), r in rows.items() if g == "adapt" and m.endswith("_units")})
     assert rows[("adapt", "user_inference", "auc")]["n_pos"] == 24  # counted in users
-    assert rows[("adapt", "user_inference", "auc")]["n_neg"] == 68
+    assert rows[("adapt", "user_inference", "auc")]["n_neg"] == 24  # (·,0): two groups of 12 users, as (·,1)
     assert auc[("adapt", "user_inference")] > 0.6, auc
     assert abs((auc[("null", "loss")] + auc[("null", "user_inference")]) / 2 - 0.5) <= 0.1, auc
     assert ("adapt", "user_inference", "auc_ordinary_units") in rows, sorted(rows)
+
+
+@pytest.mark.slow
+def test_runner_user_level_dp_claims_epsilon_per_user(cache, tmp_path):
+    """dp_adapt with ``unit: user`` through the runner: the stored guarantee bounds one user (n counts the users in
+    D, δ = 1/(2n)), beside the record-level run of the same recipe, and the board shows the unit."""
+    from bench.runner import Runner
+    from bench.store import Store
+    from bench.suite import parse_suite
+    from boards import board_of
+
+    dp = {"method": "head", "epsilon": 8.0, "epochs": 2, "chunk_length": 160, "batch_size": 8}
+    suite = dict(USER_SUITE, name="tiny-users-dp", attacks=["user_inference"],
+                 defenses=[{"name": "dp_adapt", "label": "dp-user", "params": dict(dp, unit="user")},
+                           {"name": "dp_adapt", "label": "dp-record", "params": dp}])
+    store = Store(str(tmp_path / "u.db"))
+    result = Runner(parse_suite(suite), store, cache, quiet=True).run()
+    assert result.status == "complete"
+    g = {r["defense"]: r for r in store.guarantee_rows(result.run_id)}
+    user, record = g["dp-user"]["details"], g["dp-record"]["details"]
+    assert user["unit"] == "user" and record["unit"] == "record"
+    assert user["n_records"] == record["n_records"] and user["n_units"] < user["n_records"]
+    assert user["delta"] == pytest.approx(1 / (2 * user["n_units"]))
+    assert record["group_by"] == "user" and record["group_k"] == user["unit_records_max"] > 1
+    board = board_of(tmp_path / "u.db")
+    text = {r["defense"]: r["guarantee"] for r in next(iter(board.groups.values())).ranking.to_dict("records")}
+    assert text["dp-user"].endswith("per user") and "per" not in text["dp-record"]
