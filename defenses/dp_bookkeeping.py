@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.errors import ConfigError
+from defenses.dp_units import regroup_tokens, unit_weights
 
 SUPPORTED = (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Embedding)
 
@@ -126,7 +127,6 @@ class BookKeepingDP:
                     logits = self.model(input_ids=ids, attention_mask=mask).logits
                 losses = self.loss_fn(logits, ids, mask)
                 if row_unit is not None:
-                    from defenses.dp import unit_weights
                     losses = losses * unit_weights(row_unit)
                 if losses.requires_grad:
                     losses.sum().backward()  # records are independent: each output gradient is its own record's
@@ -163,7 +163,6 @@ class BookKeepingDP:
             ids, g_emb, row_unit = self._pending
             units = None
             if row_unit is not None:  # unit-level: each unit's tokens along one axis, its norm over all of them
-                from defenses.dp import regroup_tokens
                 n_units = int(row_unit.max()) + 1
                 units = lambda x: regroup_tokens(x, row_unit, n_units)  # noqa: E731
                 ids = units(ids)

@@ -13,7 +13,8 @@ from bench.accounting import privacy_units
 from bench.defense import TrainContext
 from bench.errors import ConfigError
 from bench.game import AdaptationData
-from defenses.dp import LORA_TARGETS, DPAdapt, dp_train, record_losses, regroup_tokens, train_prefix
+from defenses.dp import LORA_TARGETS, DPAdapt, dp_train, record_losses, train_prefix
+from defenses.dp_units import regroup_tokens
 from tiny_training import one_thread, tiny_model, tiny_world, word_texts
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
