@@ -14,7 +14,7 @@ from bench.accounting import (
 from bench.defense import TrainContext
 from bench.errors import ConfigError
 from bench.game import AdaptationData
-from tiny_training import one_thread, tiny_model, tiny_world, word_texts
+from tiny_training import one_thread, tiny_model, tiny_trainable, tiny_world, word_texts
 import defenses.dp as dp_module
 from defenses.dp import DPAdapt, LORA_TARGETS, _Collate, _VmapDP, dp_train, record_losses, train_prefix
 
@@ -370,20 +370,7 @@ def test_vmap_dp_step_equals_opacus(world, fast, method):
     assert (mask == 0).any()
 
     def build():
-        model = _model(world).train()
-        if method == "head":
-            for p in model.parameters():
-                p.requires_grad_(False)
-            model.get_output_embeddings().weight.requires_grad_(True)
-        if method == "lora":
-            from peft import LoraConfig, get_peft_model
-            model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS,
-                                                     task_type="CAUSAL_LM"))
-            torch.manual_seed(5)
-            for n, p in model.named_parameters():  # non-zero B, so that A's gradient is not trivially 0
-                if "lora_B" in n:
-                    torch.nn.init.normal_(p, std=0.1)
-        return model
+        return tiny_trainable(world, method).train()
 
     clip = 0.05
     model = build()
@@ -437,20 +424,12 @@ def test_fast_clipping_step_equals_hooks_with_noise(world, mode, method, monkeyp
 
     def run(mode):
         grads.clear()
-        model = _model(world)
         kw = dict(pad_id=world["ctx"].pad_id, epsilon=8.0, delta=None, clip=0.05, epochs=1 / 6, lr=1e-3,
                   batch_size=8, seed=7, grad_sample_mode=mode)
         if method == "prefix":
-            model, rep = train_prefix(model, seqs, prefix_length=4, **kw)
+            model, rep = train_prefix(_model(world), seqs, prefix_length=4, **kw)
         else:
-            if method == "head":
-                for p in model.parameters():
-                    p.requires_grad_(False)
-                model.get_output_embeddings().weight.requires_grad_(True)
-            elif method == "lora":
-                from peft import LoraConfig, get_peft_model
-                model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS,
-                                                         task_type="CAUSAL_LM"))
+            model = tiny_trainable(world, method)
             before = {k: p.detach().clone() for k, p in model.named_parameters() if p.requires_grad}
             rep = dp_train(model, seqs, **kw)
         if method == "prefix":

@@ -13,9 +13,9 @@ from bench.accounting import privacy_units
 from bench.defense import TrainContext
 from bench.errors import ConfigError
 from bench.game import AdaptationData
-from defenses.dp import LORA_TARGETS, DPAdapt, dp_train, record_losses, train_prefix
+from defenses.dp import DPAdapt, dp_train, record_losses, train_prefix
 from defenses.dp_units import regroup_tokens
-from tiny_training import one_thread, tiny_model, tiny_world, word_texts
+from tiny_training import one_thread, tiny_model, tiny_trainable, tiny_world, word_texts
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
 
@@ -76,21 +76,7 @@ def _units() -> list[int]:
     return out
 
 
-def _build(world, method: str):
-    model = tiny_model(world)
-    if method == "head":
-        for p in model.parameters():
-            p.requires_grad_(False)
-        model.get_output_embeddings().weight.requires_grad_(True)
-    elif method == "lora":
-        from peft import LoraConfig, get_peft_model
-        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS,
-                                                 task_type="CAUSAL_LM"))
-        torch.manual_seed(5)
-        for n, p in model.named_parameters():  # non-zero B, so that A's gradient is not trivially 0
-            if "lora_B" in n:
-                torch.nn.init.normal_(p, std=0.1)
-    return model
+_build = tiny_trainable
 
 
 def _expected_update(world, method: str, seqs, units, batch_units: list[int], clip: float, expected: float):

@@ -34,6 +34,27 @@ def tiny_model(world: dict, seed: int = 0):
     return build_scratch_model(world["spec"], world["tok"], seed)
 
 
+def tiny_trainable(world: dict, method: str):
+    """The tiny model with what ``method`` trains requiring grad: every weight (full), the output head only (head),
+    or LoRA adapters (r = 4) whose B is non-zero, so that A's gradient is not trivially 0 (lora)."""
+    model = tiny_model(world)
+    if method == "head":
+        for p in model.parameters():
+            p.requires_grad_(False)
+        model.get_output_embeddings().weight.requires_grad_(True)
+    elif method == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        from defenses.dp import LORA_TARGETS
+        model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=LORA_TARGETS,
+                                                 task_type="CAUSAL_LM"))
+        torch.manual_seed(5)
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                torch.nn.init.normal_(p, std=0.1)
+    return model
+
+
 def one_thread():
     """Generator for an autouse fixture: the models are tiny, one intra-op thread is fastest."""
     threads = torch.get_num_threads()
