@@ -387,7 +387,7 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                     if not torch.isfinite(loss):
                         raise ConfigError(f"{desc}: training loss became {loss.item()}: lower the learning rate")
                     if backward is not None:
-                        backward.backward()  # ghost (Opacus): norms, then the sum of clipped per-record losses
+                        backward.backward()  # ghost: Opacus' norms, then the sum of clipped per-record losses
                     if row_unit is not None and private and vmap_dp is None:
                         n_units = int(row_unit.max()) + 1  # Opacus then clips each unit's summed gradient
                         for p in params:
