@@ -73,7 +73,7 @@ from bench.errors import ConfigError
 from bench.params import Param
 from bench.registry import register_defense
 from bench.release import Release, register_release
-from defenses.dp_units import regroup_tokens, sum_rows_by_unit, unit_weights
+from defenses.dp_units import regroup_tokens, sum_rows_by_unit, unit_count, unit_weights
 
 log = logging.getLogger(__name__)
 
@@ -381,7 +381,7 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                         else:
                             row_unit = row_unit.to(device)
                             weighted = record_losses(logits, ids, mask) * unit_weights(row_unit)
-                            loss = weighted.sum() / (int(row_unit.max()) + 1)  # the mean of the units' losses
+                            loss = weighted.sum() / unit_count(row_unit)  # the mean of the units' losses
                             # Opacus ("mean") scales each row's gradient by the rows: row r gets w_r ∇ℓ_r
                             backward = weighted.mean() if private else loss
                     if not torch.isfinite(loss):
@@ -389,7 +389,7 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                     if backward is not None:
                         backward.backward()  # ghost: Opacus' norms, then the sum of clipped per-record losses
                     if row_unit is not None and private and vmap_dp is None:
-                        n_units = int(row_unit.max()) + 1  # Opacus then clips each unit's summed gradient
+                        n_units = unit_count(row_unit)  # Opacus then clips each unit's summed gradient
                         for p in params:
                             p.grad_sample = sum_rows_by_unit(p.grad_sample, row_unit, n_units)
                     opt.step()
@@ -507,7 +507,7 @@ class _VmapDP:
             self._pending = (g_dense, g_emb, ids)
             return losses.mean()
         w = unit_weights(row_unit)
-        n_units = int(row_unit.max()) + 1
+        n_units = unit_count(row_unit)
         g_dense = {k: sum_rows_by_unit(g * w.view(-1, *[1] * (g.dim() - 1)), row_unit, n_units)
                    for k, g in g_dense.items()}
         if g_emb is not None:

@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.errors import ConfigError
-from defenses.dp_units import regroup_tokens, unit_weights
+from defenses.dp_units import regroup_tokens, unit_count, unit_weights
 
 SUPPORTED = (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Embedding)
 
@@ -138,7 +138,7 @@ class BookKeepingDP:
         self._pending = (ids, embeds.grad if embeds is not None else None, row_unit)
         if row_unit is None:
             return losses.detach().mean()
-        return losses.detach().sum() / (int(row_unit.max()) + 1)
+        return losses.detach().sum() / unit_count(row_unit)
 
     def _entries(self, name: str) -> tuple[torch.Tensor, torch.Tensor]:
         """(activations, output gradients) of a layer as (B, T, d) tensors, calls joined along T."""
@@ -163,7 +163,7 @@ class BookKeepingDP:
             ids, g_emb, row_unit = self._pending
             units = None
             if row_unit is not None:  # unit-level: each unit's tokens along one axis, its norm over all of them
-                n_units = int(row_unit.max()) + 1
+                n_units = unit_count(row_unit)
                 units = lambda x: regroup_tokens(x, row_unit, n_units)  # noqa: E731
                 ids = units(ids)
                 g_emb = units(g_emb) if g_emb is not None else None

@@ -24,13 +24,18 @@ def regroup_tokens(x: torch.Tensor, row_unit: torch.Tensor, n_units: int) -> tor
     Why: a Linear layer's gradient of a unit is Σ_t g_tᵀ a_t over the tokens of all its rows, so the per-record
     norm and clipped-sum formulas (the ghost norm, the embedding's Σ_{t,s}) hold per unit on this layout.
     """
+    row_unit = row_unit.to(x.device)
     counts = torch.bincount(row_unit, minlength=n_units)
     width = int(counts.max())
-    seen: dict[int, int] = {}
-    slots = []
-    for u in row_unit.tolist():
-        slots.append(u * width + seen.get(u, 0))
-        seen[u] = seen.get(u, 0) + 1
+    order = torch.argsort(row_unit, stable=True)  # rows by unit, each unit's rows in their order
+    start = torch.cumsum(counts, 0) - counts  # where each unit's rows begin in that order
+    position = torch.empty_like(row_unit)
+    position[order] = torch.arange(len(row_unit), device=x.device) - start[row_unit[order]]
     out = x.new_zeros((n_units * width, *x.shape[1:]))
-    out[torch.tensor(slots, device=x.device)] = x
+    out[row_unit * width + position] = x
     return out.reshape(n_units, width * x.shape[1], *x.shape[2:])
+
+
+def unit_count(row_unit: torch.Tensor) -> int:
+    """Units in a batch whose rows ``row_unit`` numbers 0 .. units − 1."""
+    return int(row_unit.max()) + 1

@@ -63,6 +63,10 @@ def test_regroup_tokens_lays_each_units_rows_end_to_end():
     assert out[0].tolist() == x[0].tolist() + x[1].tolist()
     assert out[1].tolist() == x[2].tolist() + [0, 0, 0]
     assert out[2].tolist() == x[3].tolist() + x[4].tolist()
+    # rows of a unit need not be adjacent: each unit keeps its rows in their order
+    mixed = regroup_tokens(x[:3], torch.tensor([1, 0, 1]), 2)
+    assert mixed[0].tolist() == x[1].tolist() + [0, 0, 0]
+    assert mixed[1].tolist() == x[0].tolist() + x[2].tolist()
 
 
 # -------------------------------------------------------------------------- the clipped step
