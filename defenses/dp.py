@@ -73,7 +73,7 @@ from bench.errors import ConfigError
 from bench.params import Param
 from bench.registry import register_defense
 from bench.release import Release, register_release
-from defenses.dp_units import regroup_tokens, sum_rows_by_unit, unit_count, unit_weights
+from defenses.dp_units import embedding_sq_norms, sum_rows_by_unit, unit_count, unit_weights
 
 log = logging.getLogger(__name__)
 
@@ -494,8 +494,9 @@ class _VmapDP:
         """Per-record gradients of the batch (kept until ``step``); returns the mean record loss.
 
         With ``row_unit`` (unit-level DP), each unit's gradient is the mean of its rows' (``unit_weights``), kept
-        per unit: the dense ones summed, the embedding's laid out by :func:`regroup_tokens`; ``step`` then clips
-        units as it clips records. Returns the mean unit loss."""
+        per unit: the dense ones summed, the embedding's kept per row, whose norm ``step`` takes per unit
+        (:func:`~defenses.dp_units.embedding_sq_norms`); ``step`` then clips units as it clips records. Returns
+        the mean unit loss."""
         params = {k: p.detach() for k, p in self.dense.items()}
         if self.emb is not None:
             embeds = self.emb(ids).detach()
@@ -504,18 +505,15 @@ class _VmapDP:
             g_dense, losses = self._fn(params, None, ids, mask)
             g_emb = None
         if row_unit is None:
-            self._pending = (g_dense, g_emb, ids)
+            self._pending = (g_dense, g_emb, ids, None)
             return losses.mean()
         w = unit_weights(row_unit)
         n_units = unit_count(row_unit)
         g_dense = {k: sum_rows_by_unit(g * w.view(-1, *[1] * (g.dim() - 1)), row_unit, n_units)
                    for k, g in g_dense.items()}
-        if g_emb is not None:
-            g_emb = regroup_tokens(g_emb * w[:, None, None], row_unit, n_units)
-            ids = regroup_tokens(ids, row_unit, n_units)
-        else:
-            ids = torch.zeros((n_units, 1), dtype=torch.long, device=ids.device)  # step reads the unit count
-        self._pending = (g_dense, g_emb, ids)
+        if g_emb is not None:  # kept per row: ``step`` takes its norm per unit (embedding_sq_norms)
+            g_emb = g_emb * w[:, None, None]
+        self._pending = (g_dense, g_emb, ids, row_unit)
         return (losses * w).sum() / n_units
 
     @torch.no_grad()
@@ -524,20 +522,24 @@ class _VmapDP:
         if self._pending is None:  # empty Poisson batch: the release is noise alone
             sums = {id(p): torch.zeros_like(p) for p in params}
         else:
-            g_dense, g_emb, ids = self._pending
-            n = ids.shape[0]
+            g_dense, g_emb, ids, row_unit = self._pending
+            n = ids.shape[0] if row_unit is None else unit_count(row_unit)
             norm2 = torch.zeros(n, dtype=torch.float32, device=ids.device)
             for g in g_dense.values():
                 norm2 += torch.linalg.vector_norm(g.reshape(n, -1), dim=1).square()
             if g_emb is not None:
-                same = (ids[:, :, None] == ids[:, None, :]).to(g_emb.dtype)
-                norm2 += (torch.bmm(g_emb, g_emb.transpose(1, 2)) * same).sum((1, 2))
+                if row_unit is None:
+                    same = (ids[:, :, None] == ids[:, None, :]).to(g_emb.dtype)
+                    norm2 += (torch.bmm(g_emb, g_emb.transpose(1, 2)) * same).sum((1, 2))
+                else:
+                    norm2 += embedding_sq_norms(ids, g_emb, row_unit, n)
             coef = (self.clip / (norm2.sqrt() + 1e-6)).clamp(max=1.0)
             sums = {id(p): torch.tensordot(coef, g_dense[k], dims=1) for k, p in self.dense.items()}
             if g_emb is not None:
+                row_coef = coef if row_unit is None else coef[row_unit.to(coef.device)]  # a row clipped as its unit
                 w = self.emb.weight
                 sums[id(w)] = torch.zeros_like(w).index_add_(
-                    0, ids.reshape(-1), (coef[:, None, None] * g_emb).reshape(-1, w.shape[1]))
+                    0, ids.reshape(-1), (row_coef[:, None, None] * g_emb).reshape(-1, w.shape[1]))
         for p in params:
             noise = torch.normal(0.0, self.sigma * self.clip, p.shape, generator=self.generator, device=p.device)
             p.grad = (sums[id(p)] + noise) / self.expected
@@ -673,7 +675,8 @@ class DPAdapt(Defense):
     params = PARAMS
     #: 0.2.0: default delta 1/(2n) (was 1/n); the guarantee names its unit and adds the group-privacy bound
     #: 0.3.0: unit-level DP-SGD (``unit``: user, secret, text, auto); unit record trains as 0.2.0
-    version = "0.3.0"
+    #: 0.3.1: unit-level norms without padding units to the largest (bk, vmap); unit record trains bit for bit as 0.3.0
+    version = "0.3.1"
     #: other modules whose code decides the adapted artifact (part of ensure_adapted's cache key)
     code_modules = ("bench.accounting", "defenses.dp_bookkeeping", "defenses.dp_units")
 

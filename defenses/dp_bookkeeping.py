@@ -33,7 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from bench.errors import ConfigError
-from defenses.dp_units import regroup_tokens, unit_count, unit_weights
+from defenses.dp_units import embedding_sq_norms, regroup_tokens, sum_rows_by_unit, unit_count, unit_weights
 
 SUPPORTED = (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Embedding)
 
@@ -66,6 +66,18 @@ def _tracked_modules(model: torch.nn.Module) -> tuple[dict[str, torch.nn.Module]
             raise ConfigError(f"dp_adapt: grad_sample_mode bk tracks only the input embedding, not {name}: use "
                               f"grad_sample_mode hooks")
     return modules, emb
+
+
+def _ghost_is_cheaper(a: torch.Tensor, g: torch.Tensor, row_unit: torch.Tensor | None, n: int) -> bool:
+    """Whether a Linear layer's norms cost fewer flops from T×T Gram matrices (the ghost norm) than from the
+    formed per-record gradients: T·(d_in + d_out) < d_in·d_out per record. Per unit the Gram matrices span a
+    unit's R·T tokens (R its most rows) while the gradients are formed per row and summed, so the comparison is
+    n·(R·T)²·(d_in + d_out) against rows·T·d_in·d_out."""
+    rows, t, d_in, d_out = a.shape[0], a.shape[1], a.shape[2], g.shape[2]
+    if row_unit is None:
+        return t * (d_in + d_out) < d_in * d_out
+    width = int(torch.bincount(row_unit).max()) * t
+    return n * width * width * (d_in + d_out) < rows * t * d_in * d_out
 
 
 def _sq_norms(per_record: torch.Tensor) -> torch.Tensor:
@@ -111,7 +123,7 @@ class BookKeepingDP:
         """One forward and one backward pass without weight gradients; returns the mean record loss.
 
         With ``row_unit`` (unit-level DP) each record's loss is weighted by 1 / its unit's rows, so a unit's
-        gradient is the mean of its records'; ``step`` lays the book out per unit and clips units. Returns the
+        gradient is the mean of its records'; ``step`` takes the norms per unit and clips units. Returns the
         mean unit loss then."""
         self._book = {n: [] for n, m in self.modules.items() if m is not self.emb}
         handles = [m.register_forward_hook(self._record(n)) for n, m in self.modules.items() if m is not self.emb]
@@ -161,13 +173,9 @@ class BookKeepingDP:
         sums: dict[int, torch.Tensor] = {}
         if self._pending is not None:
             ids, g_emb, row_unit = self._pending
-            units = None
-            if row_unit is not None:  # unit-level: each unit's tokens along one axis, its norm over all of them
-                n_units = unit_count(row_unit)
-                units = lambda x: regroup_tokens(x, row_unit, n_units)  # noqa: E731
-                ids = units(ids)
-                g_emb = units(g_emb) if g_emb is not None else None
-            n = ids.shape[0]
+            n = ids.shape[0] if row_unit is None else unit_count(row_unit)
+            # unit-level: per-row tensors summed per unit (identity per record); book entries stay per row
+            by_unit = (lambda x: x) if row_unit is None else (lambda x: sum_rows_by_unit(x, row_unit, n))  # noqa: E731
             norm2 = torch.zeros(n, dtype=torch.float32, device=ids.device)
             layers = []
             for name, module in self.modules.items():
@@ -176,43 +184,48 @@ class BookKeepingDP:
                 a, g = self._entries(name)
                 if a is None:
                     continue
-                if units is not None:
-                    a, g = units(a), units(g)
                 a, g = a.float(), g.float()
-                per_record = None  # per-record weight gradients, where forming them is the cheaper way to the norm
+                per_record = None  # per-record (per-unit) weight gradients, where forming them is the cheaper way
                 if isinstance(module, torch.nn.LayerNorm):
                     a = F.layer_norm(a, module.normalized_shape, eps=module.eps)  # x̂: the weight's input
                     if module.weight is not None and module.weight.requires_grad:
-                        per_record = (g * a).sum(1)
+                        per_record = by_unit((g * a).sum(1))
                         norm2 += _sq_norms(per_record)
                 elif module.weight.requires_grad:
-                    t, d_in, d_out = a.shape[1], a.shape[2], g.shape[2]
-                    if t * (d_in + d_out) < d_in * d_out:  # ghost norm: T×T Gram matrices
-                        norm2 += (torch.bmm(a, a.transpose(1, 2)) * torch.bmm(g, g.transpose(1, 2))).sum((1, 2))
+                    if _ghost_is_cheaper(a, g, row_unit, n):
+                        if row_unit is not None:  # each unit's tokens along one axis: its norm over all of them
+                            a_u, g_u = regroup_tokens(a, row_unit, n), regroup_tokens(g, row_unit, n)
+                        else:
+                            a_u, g_u = a, g
+                        norm2 += (torch.bmm(a_u, a_u.transpose(1, 2)) * torch.bmm(g_u, g_u.transpose(1, 2))).sum((1, 2))
                     else:
-                        per_record = torch.bmm(g.transpose(1, 2), a)
+                        per_record = by_unit(torch.bmm(g.transpose(1, 2), a))
                         norm2 += _sq_norms(per_record)
                 if module.bias is not None and module.bias.requires_grad:
-                    norm2 += _sq_norms(g.sum(1))
+                    norm2 += _sq_norms(by_unit(g.sum(1)))
                 layers.append((module, a, g, per_record))
             if g_emb is not None:
-                same = (ids[:, :, None] == ids[:, None, :]).to(g_emb.dtype)
-                norm2 += (torch.bmm(g_emb, g_emb.transpose(1, 2)) * same).sum((1, 2))
+                if row_unit is None:
+                    same = (ids[:, :, None] == ids[:, None, :]).to(g_emb.dtype)
+                    norm2 += (torch.bmm(g_emb, g_emb.transpose(1, 2)) * same).sum((1, 2))
+                else:
+                    norm2 += embedding_sq_norms(ids, g_emb, row_unit, n)
             coef = (self.clip / (norm2.sqrt() + 1e-6)).clamp(max=1.0)
+            row_coef = coef if row_unit is None else coef[row_unit.to(coef.device)]  # a row is clipped as its unit
             for module, a, g, per_record in layers:
                 w = module.weight
                 if w is not None and w.requires_grad:
-                    if per_record is not None:  # already formed: a weighted sum over records
+                    if per_record is not None:  # already formed: a weighted sum over records (units)
                         sums[id(w)] = torch.tensordot(coef, per_record, dims=1).to(w.dtype)
                     else:  # (c ∘ g)ᵀ a: the non-private weight gradient's product, records weighted
-                        flat = (g * coef[:, None, None]).reshape(-1, g.shape[-1])
+                        flat = (g * row_coef[:, None, None]).reshape(-1, g.shape[-1])
                         sums[id(w)] = (flat.T @ a.reshape(-1, a.shape[-1])).to(w.dtype)
                 if module.bias is not None and module.bias.requires_grad:
-                    sums[id(module.bias)] = torch.tensordot(coef, g.sum(1), dims=1).to(module.bias.dtype)
+                    sums[id(module.bias)] = torch.tensordot(row_coef, g.sum(1), dims=1).to(module.bias.dtype)
             if g_emb is not None:
                 w = self.emb.weight
                 sums[id(w)] = torch.zeros_like(w).index_add_(
-                    0, ids.reshape(-1), (coef[:, None, None] * g_emb).reshape(-1, w.shape[1]).to(w.dtype))
+                    0, ids.reshape(-1), (row_coef[:, None, None] * g_emb).reshape(-1, w.shape[1]).to(w.dtype))
         for p in self.params:  # Opacus' DPOptimizer: noise per parameter in the optimizer's order
             noise = torch.normal(0.0, self.sigma * self.clip, p.shape, generator=self.generator, device=p.device)
             p.grad = (sums.get(id(p), torch.zeros_like(p)) + noise) / self.expected

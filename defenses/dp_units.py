@@ -22,7 +22,8 @@ def regroup_tokens(x: torch.Tensor, row_unit: torch.Tensor, n_units: int) -> tor
     a unit's rows one after another along the token axis and zeros where a unit has fewer rows.
 
     Why: a Linear layer's gradient of a unit is Σ_t g_tᵀ a_t over the tokens of all its rows, so the per-record
-    norm and clipped-sum formulas (the ghost norm, the embedding's Σ_{t,s}) hold per unit on this layout.
+    ghost norm Σ_{t,s} (a_t·a_s)(g_t·g_s) holds per unit on this layout (where book-keeping finds it cheaper than
+    forming each row's gradient and summing them per unit).
     """
     row_unit = row_unit.to(x.device)
     counts = torch.bincount(row_unit, minlength=n_units)
@@ -34,6 +35,22 @@ def regroup_tokens(x: torch.Tensor, row_unit: torch.Tensor, n_units: int) -> tor
     out = x.new_zeros((n_units * width, *x.shape[1:]))
     out[row_unit * width + position] = x
     return out.reshape(n_units, width * x.shape[1], *x.shape[2:])
+
+
+def embedding_sq_norms(ids: torch.Tensor, g_emb: torch.Tensor, row_unit: torch.Tensor, n_units: int) -> torch.Tensor:
+    """Each unit's squared norm of its input-embedding gradient, from the gradients ``g_emb`` (rows, T, d) at the
+    embedding's output of the tokens ``ids`` (rows, T): (units,).
+
+    A unit's gradient has one row per distinct token id it holds, the sum of the ``g_emb`` rows of that id's
+    occurrences, so the norm sums those sums' squares. Why not the record-level Σ_{t,s} [x_t = x_s] g_t·g_s over
+    :func:`regroup_tokens`: that is quadratic in a unit's tokens (R·T)², this is linear in them.
+    """
+    row_unit = row_unit.to(ids.device)
+    vocab = int(ids.max()) + 1
+    keys = (row_unit[:, None] * vocab + ids).reshape(-1)  # (unit, token id), one key per pair
+    pairs, slot = torch.unique(keys, return_inverse=True)
+    summed = g_emb.new_zeros((len(pairs), g_emb.shape[-1])).index_add_(0, slot, g_emb.reshape(-1, g_emb.shape[-1]))
+    return g_emb.new_zeros(n_units).index_add_(0, pairs // vocab, summed.square().sum(1))
 
 
 def unit_count(row_unit: torch.Tensor) -> int:

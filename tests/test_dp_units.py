@@ -14,7 +14,7 @@ from bench.defense import TrainContext
 from bench.errors import ConfigError
 from bench.game import AdaptationData
 from defenses.dp import DPAdapt, dp_train, record_losses, train_prefix
-from defenses.dp_units import regroup_tokens
+from defenses.dp_units import embedding_sq_norms, regroup_tokens
 from tiny_training import one_thread, tiny_model, tiny_trainable, tiny_world, word_texts
 
 _one_thread = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -111,6 +111,39 @@ def test_unit_level_step_equals_clipping_each_units_mean_gradient(world, mode, m
     """One DP-SGD step with ``unit`` set, noise 0, against the definition computed unit by unit. At clip 0.01
     every unit is clipped, so clipping records instead of units gives another update; at clip 100 none is, so
     summing a unit's records instead of averaging them does."""
+    _check_unit_step(world, mode, method, clip, monkeypatch)
+
+
+@pytest.mark.parametrize("gram", [True, False])
+@pytest.mark.parametrize("clip", [0.01, 100.0])
+def test_book_keeping_unit_norms_hold_by_either_formula(world, gram, clip, monkeypatch):
+    """Book-keeping takes a Linear layer's unit norms from Gram matrices over the unit's rows laid end to end, or
+    from each row's gradient summed per unit, whichever costs fewer flops: each, forced, gives the definition."""
+    import defenses.dp_bookkeeping as bk
+    monkeypatch.setattr(bk, "_ghost_is_cheaper", lambda *args: gram)
+    _check_unit_step(world, "bk", "full", clip, monkeypatch)
+
+
+def test_embedding_norms_per_unit_equal_the_gram_formula_over_the_units_tokens():
+    """The input embedding's unit norm, from (unit, token id) sums, against Σ_{t,s} [x_t = x_s] g_t·g_s over each
+    unit's tokens laid end to end: ids repeat within a row, across a unit's rows and across units."""
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 7, (9, 5), generator=g)
+    g_emb = torch.randn(9, 5, 4, generator=g, dtype=torch.float64)
+    row_unit = torch.tensor([2, 0, 0, 1, 2, 0, 3, 1, 0])
+    got = embedding_sq_norms(ids, g_emb, row_unit, 4)
+    x, b = regroup_tokens(ids, row_unit, 4), regroup_tokens(g_emb, row_unit, 4)
+    want = ((b @ b.transpose(1, 2)) * (x[:, :, None] == x[:, None, :])).sum((1, 2))
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+    # and by brute force: each unit's dense gradient row per vocabulary id
+    for u in range(4):
+        dense = torch.zeros(7, 4, dtype=torch.float64)
+        for r in (row_unit == u).nonzero().flatten().tolist():
+            dense.index_add_(0, ids[r], g_emb[r])
+        assert float(got[u]) == pytest.approx(float(dense.pow(2).sum()), rel=1e-12)
+
+
+def _check_unit_step(world, mode: str, method: str, clip: float, monkeypatch) -> None:
     texts = word_texts(N_RECORDS, 3)
     seqs = world["ctx"].encode(texts, 64)
     units = _units()
