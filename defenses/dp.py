@@ -62,6 +62,7 @@ import logging
 import math
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -793,8 +794,13 @@ class DPAdapt(Defense):
 # ------------------------------------------------------------------------------------------ step cost
 def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int = 128, steps: int = 12,
                       modes: tuple[str, ...] = GRAD_SAMPLE_MODES, method: str = "full", vocab: int = 8192,
-                      seed: int = 0, device: str | torch.device | None = None) -> dict:
+                      seed: int = 0, device: str | torch.device | None = None,
+                      unit_sizes: Sequence[int] | None = None) -> dict:
     """Seconds per optimizer step, non-private vs DP-SGD per ``modes``, on a random-init model of ``spec_name``.
+
+    ``unit_sizes`` (records per unit, summing to ``batch``) times unit-level DP-SGD steps instead: each unit's
+    gradient clipped as one (docs/dp.md, "Unit-level DP"); ghost clipping, which cannot clip units, is reported
+    as an error then.
 
     Fixed batches of ``batch`` records of ``length`` tokens (no Poisson sampling, so every step does the
     same work). The configurations take turns step by step (so load from other jobs hits all alike);
@@ -822,8 +828,16 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
     if spec_name not in BUILTIN_SPECS and spec_name != SMOLLM2_ARCH:
         raise ConfigError(f"measure_step_cost: unknown spec {spec_name!r}: use one of "
                           f"{', '.join([*BUILTIN_SPECS, SMOLLM2_ARCH])}")
+    if unit_sizes is not None:
+        unit_sizes = list(unit_sizes)
+        if not unit_sizes or any(isinstance(k, bool) or not isinstance(k, int) or k < 1 for k in unit_sizes) \
+                or sum(unit_sizes) != batch:
+            raise ConfigError(f"measure_step_cost: unit_sizes must be positive integers summing to batch ({batch}), "
+                              f"got {unit_sizes!r}")
     dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
     cuda = dev.type == "cuda"
+    row_unit = None if unit_sizes is None else \
+        torch.tensor([u for u, k in enumerate(unit_sizes) for _ in range(k)], device=dev)
     lora_targets = LORA_TARGETS
     if spec_name == SMOLLM2_ARCH:  # the realistic track's architecture, random weights (speed does not need them)
         from transformers import LlamaConfig, LlamaForCausalLM
@@ -865,6 +879,8 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
         m = build()
         opt = torch.optim.AdamW([p for p in m.parameters() if p.requires_grad], lr=1e-4)
         try:
+            if mode == "ghost" and row_unit is not None:
+                raise ConfigError("ghost clipping clips records, not units (dp_adapt refuses it with a unit)")
             if mode in ("vmap", "bk"):
                 if method == "prefix":
                     raise ConfigError(f"{mode} does not differentiate peft's prompt encoder")
@@ -898,12 +914,18 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
                 torch.cuda.synchronize(dev)
             c0, w0 = time.process_time(), time.perf_counter()
             try:
+                unit_level = row_unit is not None and name != "nonprivate"
                 if vg is not None:
-                    vg.backward(ids, mask)
+                    vg.backward(ids, mask) if row_unit is None else vg.backward(ids, mask, row_unit)
                 elif crit is not None:
                     crit(m(input_ids=ids, attention_mask=mask).logits, ids, mask).backward()
                 else:
-                    record_losses(m(input_ids=ids, attention_mask=mask).logits, ids, mask).mean().backward()
+                    losses = record_losses(m(input_ids=ids, attention_mask=mask).logits, ids, mask)
+                    (losses * unit_weights(row_unit) if unit_level else losses).mean().backward()
+                    if unit_level:  # as dp_train: Opacus then clips each unit's summed gradient
+                        for p in m.parameters():
+                            if getattr(p, "grad_sample", None) is not None:
+                                p.grad_sample = sum_rows_by_unit(p.grad_sample, row_unit, len(unit_sizes))
                 opt.step()
                 opt.zero_grad(set_to_none=True)
                 if cuda:
@@ -917,7 +939,8 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
         h.cleanup() if hasattr(h, "cleanup") else h.remove()
     out: dict[str, Any] = {"spec": spec_name, "method": method, "batch": batch, "length": length,
                            "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
-                           "threads": torch.get_num_threads(), "steps_timed": steps - 2}
+                           "threads": torch.get_num_threads(), "steps_timed": steps - 2,
+                           "units": None if unit_sizes is None else len(unit_sizes)}
     for name in ["nonprivate", *modes]:
         if name in errors:
             out[f"{name}_error"] = errors[name]
@@ -938,7 +961,9 @@ def step_cost_table(results: list[dict]) -> str:
     key = "wall" if results[0]["device"] != "cpu" else "cpu"
     modes = [m for m in GRAD_SAMPLE_MODES if any(f"{m}_cpu_s" in r or f"{m}_error" in r for r in results)]
     lines = [f"{results[0]['spec']} on {results[0]['device']}, {results[0]['threads']} thread(s), batch "
-             f"{results[0]['batch']} x {results[0]['length']} tokens, median of {results[0]['steps_timed']} steps "
+             f"{results[0]['batch']} x {results[0]['length']} tokens"
+             + (f" in {results[0]['units']} units (unit-level DP)" if results[0].get("units") else "")
+             + f", median of {results[0]['steps_timed']} steps "
              f"({'wall' if key == 'wall' else 'process'} time); ratio = DP step / non-private step",
              f"{'method':<8}{'nonprivate s':>14}" + "".join(f"{m:>11}" for m in modes)]
     for r in results:
@@ -963,13 +988,20 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch", type=int, default=16, help="records per step (default 16)")
     ap.add_argument("--length", type=int, default=128, help="tokens per record (default 128)")
     ap.add_argument("--steps", type=int, default=12, help="steps per configuration, the first two warm-up (default 12)")
+    ap.add_argument("--units", default=None, metavar="K1,K2,...",
+                    help="records per unit, summing to --batch: time unit-level DP-SGD steps (default: record level)")
     ap.add_argument("--json", action="store_true", help="print the measurements as JSON instead of a table")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("PRIVBENCH_THREADS", "1") or 1))
     try:
         chosen = list(METHODS) if args.method == "all" else [args.method]
-        results = [measure_step_cost(args.spec, method=m, batch=args.batch, length=args.length, steps=args.steps)
-                   for m in chosen]
+        try:
+            units = None if args.units is None else [int(k) for k in args.units.split(",")]
+        except ValueError:
+            raise ConfigError(f"--units must be comma-separated integers (records per unit), got {args.units!r}") \
+                from None
+        results = [measure_step_cost(args.spec, method=m, batch=args.batch, length=args.length, steps=args.steps,
+                                     unit_sizes=units) for m in chosen]
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

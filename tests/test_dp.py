@@ -477,6 +477,22 @@ def test_measure_step_cost_reports_every_mode_and_the_device():
         measure_step_cost("nano", method="everything")
 
 
+def test_measure_step_cost_times_unit_level_steps():
+    from defenses.dp import main, measure_step_cost, step_cost_table
+
+    r = measure_step_cost("nano", method="full", batch=3, length=16, steps=3, vocab=512, device="cpu",
+                          unit_sizes=[2, 1])
+    assert r["units"] == 2
+    for mode in ("hooks", "functorch", "vmap", "bk"):
+        assert r[f"{mode}_ratio_cpu"] > 0, (mode, r.get(f"{mode}_error"))
+    assert "units" in r["ghost_error"] and "ghost_cpu_s" not in r  # ghost cannot clip a unit: said, not hidden
+    assert "in 2 units" in step_cost_table([r])
+    for bad in ([2, 2], [3, 0], []):
+        with pytest.raises(ConfigError, match="summing to batch"):
+            measure_step_cost("nano", batch=3, unit_sizes=bad)
+    assert main(["nano", "full", "--batch", "3", "--units", "2,x"]) == 2
+
+
 def test_bookkeeping_refuses_what_it_cannot_clip_exactly():
     """Book-keeping tracks Linear, LayerNorm and the input Embedding; a tied embedding (one parameter, two
     layers) or another trainable layer type must be refused with the modes that handle it, not mis-clipped."""
