@@ -68,15 +68,15 @@ def _tracked_modules(model: torch.nn.Module) -> tuple[dict[str, torch.nn.Module]
     return modules, emb
 
 
-def _ghost_is_cheaper(a: torch.Tensor, g: torch.Tensor, row_unit: torch.Tensor | None, n: int) -> bool:
+def _ghost_is_cheaper(a: torch.Tensor, g: torch.Tensor, unit_rows: int | None, n: int) -> bool:
     """Whether a Linear layer's norms cost fewer flops from T×T Gram matrices (the ghost norm) than from the
     formed per-record gradients: T·(d_in + d_out) < d_in·d_out per record. Per unit the Gram matrices span a
-    unit's R·T tokens (R its most rows) while the gradients are formed per row and summed, so the comparison is
-    n·(R·T)²·(d_in + d_out) against rows·T·d_in·d_out."""
+    unit's R·T tokens (R = ``unit_rows``, the most rows of a unit; None per record) while the gradients are formed
+    per row and summed, so the comparison is n·(R·T)²·(d_in + d_out) against rows·T·d_in·d_out."""
     rows, t, d_in, d_out = a.shape[0], a.shape[1], a.shape[2], g.shape[2]
-    if row_unit is None:
+    if unit_rows is None:
         return t * (d_in + d_out) < d_in * d_out
-    width = int(torch.bincount(row_unit).max()) * t
+    width = unit_rows * t
     return n * width * width * (d_in + d_out) < rows * t * d_in * d_out
 
 
@@ -176,6 +176,7 @@ class BookKeepingDP:
             n = ids.shape[0] if row_unit is None else unit_count(row_unit)
             # unit-level: per-row tensors summed per unit (identity per record); book entries stay per row
             by_unit = (lambda x: x) if row_unit is None else (lambda x: sum_rows_by_unit(x, row_unit, n))  # noqa: E731
+            unit_rows = None if row_unit is None else int(torch.bincount(row_unit).max())  # once a step, not a layer
             norm2 = torch.zeros(n, dtype=torch.float32, device=ids.device)
             layers = []
             for name, module in self.modules.items():
@@ -192,7 +193,7 @@ class BookKeepingDP:
                         per_record = by_unit((g * a).sum(1))
                         norm2 += _sq_norms(per_record)
                 elif module.weight.requires_grad:
-                    if _ghost_is_cheaper(a, g, row_unit, n):
+                    if _ghost_is_cheaper(a, g, unit_rows, n):
                         if row_unit is not None:  # each unit's tokens along one axis: its norm over all of them
                             a_u, g_u = regroup_tokens(a, row_unit, n), regroup_tokens(g, row_unit, n)
                         else:
