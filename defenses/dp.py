@@ -529,11 +529,7 @@ class _VmapDP:
             for g in g_dense.values():
                 norm2 += torch.linalg.vector_norm(g.reshape(n, -1), dim=1).square()
             if g_emb is not None:
-                if row_unit is None:
-                    same = (ids[:, :, None] == ids[:, None, :]).to(g_emb.dtype)
-                    norm2 += (torch.bmm(g_emb, g_emb.transpose(1, 2)) * same).sum((1, 2))
-                else:
-                    norm2 += embedding_sq_norms(ids, g_emb, row_unit, n)
+                norm2 += embedding_sq_norms(ids, g_emb, row_unit, n)
             coef = (self.clip / (norm2.sqrt() + 1e-6)).clamp(max=1.0)
             sums = {id(p): torch.tensordot(coef, g_dense[k], dims=1) for k, p in self.dense.items()}
             if g_emb is not None:

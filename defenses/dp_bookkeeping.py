@@ -206,11 +206,7 @@ class BookKeepingDP:
                     norm2 += _sq_norms(by_unit(g.sum(1)))
                 layers.append((module, a, g, per_record))
             if g_emb is not None:
-                if row_unit is None:
-                    same = (ids[:, :, None] == ids[:, None, :]).to(g_emb.dtype)
-                    norm2 += (torch.bmm(g_emb, g_emb.transpose(1, 2)) * same).sum((1, 2))
-                else:
-                    norm2 += embedding_sq_norms(ids, g_emb, row_unit, n)
+                norm2 += embedding_sq_norms(ids, g_emb, row_unit, n)
             coef = (self.clip / (norm2.sqrt() + 1e-6)).clamp(max=1.0)
             row_coef = coef if row_unit is None else coef[row_unit.to(coef.device)]  # a row is clipped as its unit
             for module, a, g, per_record in layers:

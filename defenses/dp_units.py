@@ -37,20 +37,24 @@ def regroup_tokens(x: torch.Tensor, row_unit: torch.Tensor, n_units: int) -> tor
     return out.reshape(n_units, width * x.shape[1], *x.shape[2:])
 
 
-def embedding_sq_norms(ids: torch.Tensor, g_emb: torch.Tensor, row_unit: torch.Tensor, n_units: int) -> torch.Tensor:
-    """Each unit's squared norm of its input-embedding gradient, from the gradients ``g_emb`` (rows, T, d) at the
-    embedding's output of the tokens ``ids`` (rows, T): (units,).
+def embedding_sq_norms(ids: torch.Tensor, g_emb: torch.Tensor, row_unit: torch.Tensor | None, n: int) -> torch.Tensor:
+    """Each record's (``row_unit`` None) or unit's squared norm of its input-embedding gradient, from the gradients
+    ``g_emb`` (rows, T, d) at the embedding's output of the tokens ``ids`` (rows, T): (n,).
 
-    A unit's gradient has one row per distinct token id it holds, the sum of the ``g_emb`` rows of that id's
-    occurrences, so the norm sums those sums' squares. Why not the record-level Σ_{t,s} [x_t = x_s] g_t·g_s over
-    :func:`regroup_tokens`: that is quadratic in a unit's tokens (R·T)², this is linear in them.
+    Per record: Σ_{t,s} [x_t = x_s] g_t·g_s, the T×T Gram matrix of a row. Per unit: a unit's gradient has one
+    row per distinct token id it holds, the sum of the ``g_emb`` rows of that id's occurrences, so the norm sums
+    those sums' squares. Why not the Gram formula over :func:`regroup_tokens` there: that is quadratic in a unit's
+    tokens (R·T)², this is linear in them.
     """
+    if row_unit is None:
+        same = (ids[:, :, None] == ids[:, None, :]).to(g_emb.dtype)
+        return (torch.bmm(g_emb, g_emb.transpose(1, 2)) * same).sum((1, 2))
     row_unit = row_unit.to(ids.device)
     vocab = int(ids.max()) + 1
     keys = (row_unit[:, None] * vocab + ids).reshape(-1)  # (unit, token id), one key per pair
     pairs, slot = torch.unique(keys, return_inverse=True)
     summed = g_emb.new_zeros((len(pairs), g_emb.shape[-1])).index_add_(0, slot, g_emb.reshape(-1, g_emb.shape[-1]))
-    return g_emb.new_zeros(n_units).index_add_(0, pairs // vocab, summed.square().sum(1))
+    return g_emb.new_zeros(n).index_add_(0, pairs // vocab, summed.square().sum(1))
 
 
 def unit_count(row_unit: torch.Tensor) -> int:
