@@ -5,8 +5,9 @@ the challenger, its groups and, once evaluations run, the labels. Code in that p
 (``gc.get_objects`` finds the challenger and the game instances): a defense could leave the membership targets
 out of training, an attack could return the labels as scores. So the child never imports a submitted plugin. It
 registers a stand-in under the plugin's name (:func:`worker_defense`, :func:`worker_attack`), and every call into
-the plugin's code runs in a fresh worker, ``python -m bench.plugin_worker DIR``, which gets only what the contract
-gives the plugin:
+the plugin's code runs in a fresh worker, forked from the submission's preloaded server (bench/fork_server.py) or
+started as ``python -m bench.plugin_worker DIR`` (``PRIVBENCH_WORKER_START=spawn``, and where CUDA is), which gets
+only what the contract gives the plugin:
 
 * a defense's ``adapt``: θ as a checkpoint directory, the :class:`~bench.game.AdaptationData` and the training
   settings (``pretrain_texts``: the documents; ``pretrain_loss_mask``: the token ids); θ' comes back as a
@@ -17,8 +18,9 @@ gives the plugin:
 
 What keeps the labels from a worker:
 
-* **no draw in it**: the worker is a fresh interpreter, not a fork; the draw secret reaches the child on its
-  standard input and is never in the environment or on disk;
+* **no draw in it**: the worker is a new interpreter, or a fork of one (the fork server) that never held the
+  draw, not a fork of the child; the draw secret reaches the child on its standard input and is never in the
+  environment or on disk;
 * **no labels on disk while it runs**: a submission keeps evaluation rows in memory until the last game is
   scored (``SubmissionRunner`` in bench/submit.py);
 * **no way into the child's memory**: the child makes itself non-dumpable (``prctl(PR_SET_DUMPABLE, 0)``), so
@@ -29,8 +31,8 @@ What keeps the labels from a worker:
   entries, the network and starting programs.
 
 The worker answers in JSON lines on a descriptor of its own (the plugin's prints go to its stderr): nothing the
-plugin writes is unpickled or executed by the child. A worker is started per call, so a plugin keeps no state
-from one world or game to the next.
+plugin writes is unpickled or executed by the child. A worker is started per call, from the server's untouched
+memory when forked, so a plugin keeps no state from one world or game to the next.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,10 +68,20 @@ class WorkerViolation(BaseException):
 def make_non_dumpable() -> bool:
     """Refuse ``/proc/<pid>/mem`` and ``ptrace`` of this process to processes without CAP_SYS_PTRACE over it
     (Linux ``prctl(PR_SET_DUMPABLE, 0)``); False where that is not available."""
+    return _set_dumpable(0)
+
+
+def make_dumpable() -> bool:
+    """Undo :func:`make_non_dumpable` in a process forked from one (bench/fork_server.py): a fresh process is
+    dumpable, and a process writes its own ``/proc/self/uid_map`` only while it is."""
+    return _set_dumpable(1)
+
+
+def _set_dumpable(value: int) -> bool:
     try:
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE = 4
+        return libc.prctl(4, value, 0, 0, 0) == 0  # PR_SET_DUMPABLE = 4
     except (OSError, AttributeError):
         return False
 
@@ -77,12 +89,14 @@ def make_non_dumpable() -> bool:
 @dataclass(frozen=True)
 class WorkerIsolation:
     """How the child starts its workers: in a nested user namespace (``nested``), with the kernel's file-system
-    confinement (``confine``, bench/confine.py: read-only everywhere but the worker's directory), and with these
-    directories out of the worker's sight (``hidden``: the sandbox, the shared artifact cache)."""
+    confinement (``confine``, bench/confine.py: read-only everywhere but the worker's directory), with these
+    directories out of the worker's sight (``hidden``: the sandbox, the shared artifact cache), and forked from a
+    preloaded interpreter (``server``, bench/fork_server.py) or, without one, each started as a new program."""
 
     nested: bool = False
     confine: bool = False
     hidden: tuple[str, ...] = ()
+    server: Any = field(default=None, compare=False)
 
     @classmethod
     def probe(cls, hidden: Sequence[str | Path]) -> WorkerIsolation:
@@ -93,9 +107,10 @@ class WorkerIsolation:
         return cls(nested, nested and confinement_available(), tuple(os.fspath(h) for h in hidden))
 
     def describe(self) -> str:
+        start = "; forked from a preloaded server" if self.server is not None else "; each a new interpreter"
         if self.confine:
-            return "own user + mount namespace, read-only file system, sandbox and artifact cache hidden"
-        return "own user namespace, audit hook" if self.nested else "audit hook only"
+            return "own user + mount namespace, read-only file system, sandbox and artifact cache hidden" + start
+        return ("own user namespace, audit hook" if self.nested else "audit hook only") + start
 
     def prefix(self) -> list[str]:
         if self.confine:
@@ -128,6 +143,38 @@ def spawn_allowed(box: Path):
     return allowed
 
 
+def worker_env(box: Path, directory: Path) -> dict[str, str]:
+    """A worker's environment (and its fork server's): the child's, less the draw and every variable that points
+    into the sandbox (the cache overlay, the cache directories libraries set for themselves under the child's
+    TMPDIR), with HOME and TMPDIR in ``directory``."""
+    inside = str(box.resolve()).rstrip("/") + "/"
+    env = {k: v for k, v in os.environ.items()
+           if not (os.path.isabs(v) and (os.path.realpath(v) + "/").startswith(inside))}
+    env.update(HOME=str(directory / "home"), TMPDIR=str(directory / "tmp"))
+    env.pop("PRIVBENCH_DRAW_SECRET", None)
+    return env
+
+
+def _forked(isolation: WorkerIsolation, directory: Path, env: dict[str, str], stderr: int, report: int):
+    """A worker forked by ``isolation.server``, with pipes made here: the server gets their far ends, and this
+    side's copies of those are closed, so either side sees the other end."""
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    try:
+        proc = isolation.server.spawn(directory, env, (in_r, out_w, stderr, report), nested=isolation.nested,
+                                      mount=isolation.confine)
+    except BaseException:
+        for fd in (in_w, out_r):
+            os.close(fd)
+        raise
+    finally:
+        for fd in (in_r, out_w):
+            os.close(fd)
+    proc.stdin = os.fdopen(in_w, "wb")
+    proc.stdout = os.fdopen(out_r, "rb")
+    return proc
+
+
 class WorkerSession:
     """One worker process in a fresh directory under ``box/workers``: requests as pickles on its stdin (the child
     is trusted), replies as JSON lines on its stdout (the worker is not)."""
@@ -137,22 +184,19 @@ class WorkerSession:
         self.dir = Path(tempfile.mkdtemp(prefix="w-", dir=box / WORKERS_DIR))
         for sub in ("home", "tmp"):
             (self.dir / sub).mkdir()
-        # nothing that points into the sandbox (which the worker cannot see): the child's cache overlay, the cache
-        # directories libraries set for themselves (torch's TORCHINDUCTOR_CACHE_DIR under the child's TMPDIR)
-        inside = str(box.resolve()).rstrip("/") + "/"
-        env = {k: v for k, v in os.environ.items()
-               if not (os.path.isabs(v) and (os.path.realpath(v) + "/").startswith(inside))}
-        env.update(HOME=str(self.dir / "home"), TMPDIR=str(self.dir / "tmp"))
-        env.pop("PRIVBENCH_DRAW_SECRET", None)
+        env = worker_env(box, self.dir)
         self._closed = False
         self._stderr = open(self.dir / "worker.stderr", "wb")
         # the worker's guard reports a refusal here; opened on this side, so that the report (in the sandbox, which
         # the worker cannot see) is no open file on the worker's own mounts, which it makes read-only
         self._report = os.open(violation_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            self.proc = subprocess.Popen(worker_argv(self.dir, isolation), cwd=self.dir, env=env,
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-                                         pass_fds=(self._report,))
+            if isolation.server is not None:
+                self.proc = _forked(isolation, self.dir, env, self._stderr.fileno(), self._report)
+            else:
+                self.proc = subprocess.Popen(worker_argv(self.dir, isolation), cwd=self.dir, env=env,
+                                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
+                                             pass_fds=(self._report,))
         except BaseException:
             os.close(self._report)
             self._stderr.close()
@@ -225,7 +269,7 @@ class WorkerSession:
 
     def _died(self) -> None:
         from bench.sandbox import MEMORY_EXIT, VIOLATION_EXIT
-        rc = self.proc.wait()
+        rc = self.proc.wait()  # a forked worker whose server is gone: a PluginError saying so
         self._stderr.flush()
         if rc == VIOLATION_EXIT:
             raise WorkerViolation()
@@ -250,7 +294,15 @@ class WorkerSession:
                 except subprocess.TimeoutExpired:
                     self.proc.kill()
                     self.proc.wait()
+        except PluginError:  # a forked worker whose server is gone: nothing left to wait for
+            pass
         finally:
+            for pipe in (self.proc.stdin, self.proc.stdout):
+                if pipe is not None and not pipe.closed:
+                    try:
+                        pipe.close()
+                    except OSError:
+                        pass
             self._stderr.close()
             os.close(self._report)
             shutil.rmtree(self.dir, ignore_errors=True)
@@ -605,8 +657,10 @@ def _plugin_frame(exc: BaseException, where: list[str]) -> str:
     return f" (at {os.path.basename(f.filename)}:{f.lineno} in {f.name})"
 
 
-def main(workdir: str) -> int:
-    """The worker: trusted imports, the guard, the plugin; then one request after another until ``close``."""
+def main(workdir: str, report_fd: int | None = None) -> int:
+    """The worker: trusted imports, the guard, the plugin; then one request after another until ``close``.
+    ``report_fd``: where the guard reports a refusal, when not the number the first request names (a forked
+    worker's, bench/fork_server.py)."""
     channel = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
     os.dup2(2, 1)  # the plugin's prints go to stderr, never into the channel
     requests = sys.stdin.buffer
@@ -627,7 +681,8 @@ def main(workdir: str) -> int:
     first = pickle.load(requests)
     from bench.plugin_ref import load_plugin
     from bench.sandbox import FAILURE_EXIT, MEMORY_EXIT, WORKER_WRITE_HINT, arm_sandbox
-    report = int(first["report_fd"])  # open for writing, from the child: the guard writes a refusal there
+    # open for writing, from the child: the guard writes a refusal there
+    report = int(first["report_fd"]) if report_fd is None else report_fd
     if first.get("confine"):
         from bench.confine import ConfinementError, confine
         try:

@@ -315,7 +315,8 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def install_guard(allowed_dirs: list[str | Path], report_path: str | Path | int, *,
                   unreadable: Sequence[str | Path] = (), other_processes: bool = True,
                   may_spawn: Callable[[tuple], bool] | None = None,
-                  write_hint: str = WRITE_HINT, databases: bool = True) -> None:
+                  write_hint: str = WRITE_HINT, databases: bool = True,
+                  sockets: Sequence[Any] = ()) -> None:
     """Install the audit hook that refuses network, process creation and writes outside ``allowed_dirs``.
 
     Call it in the child after trusted imports and before importing the plugin. A refused event writes
@@ -325,7 +326,10 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path | int,
     own. ``may_spawn(args)`` lets trusted code start the one program it names (``subprocess.Popen`` events only).
     ``databases=False`` refuses every SQLite connection (a plugin worker's: SQLite opens and writes its files in C,
     past this hook, and ``ATTACH`` raises no event). ``report_path`` may be a descriptor already open for writing.
+    ``sockets``: local sockets trusted code may send messages on (the fork server's, bench/fork_server.py, which
+    carries a worker's descriptors); every other ``socket.sendmsg`` is refused with the network.
     """
+    own_sockets = tuple(sockets)
     roots = tuple(os.path.realpath(os.fspath(d)) for d in allowed_dirs) + ("/dev/null",)
     hidden = tuple(os.path.realpath(os.fspath(d)) for d in unreadable)
     own_proc = f"/proc/{os.getpid()}"
@@ -381,6 +385,8 @@ def install_guard(allowed_dirs: list[str | Path], report_path: str | Path | int,
         if busy[0]:
             return
         if event in NETWORK_EVENTS:
+            if event == "socket.sendmsg" and args and any(args[0] is sock for sock in own_sockets):
+                return
             target = args[1] if event in ("socket.connect", "socket.bind", "socket.sendto") and len(args) > 1 \
                 else args[0] if args else ""
             refuse(event, f"network access refused ({event} {target!r}): plugins run without network; "

@@ -36,6 +36,7 @@ reads a file a submission wrote (docs/submitting.md).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -365,6 +366,17 @@ def _child(spec_path: str) -> int:
         tmp.write_text(json.dumps(obj, default=str))
         os.replace(tmp, out)
 
+    from bench.fork_server import ForkServer, fork_server_usable
+    from bench.plugin_worker import WORKERS_DIR, worker_env
+
+    # the server that forks the plugin's workers starts first: it imports torch and transformers while this
+    # process does the same (bench/fork_server.py)
+    server = None
+    if fork_server_usable():
+        where = box / WORKERS_DIR / "server"
+        for sub in ("home", "tmp"):
+            (where / sub).mkdir(parents=True, exist_ok=True)
+        server = ForkServer(where, worker_env(box, where))
     from bench.cache import OverlayCache
     from bench.plugin_ref import PluginRef
     from bench.plugin_worker import (WorkerIsolation, WorkerSession, WorkerViolation, make_non_dumpable,
@@ -375,6 +387,7 @@ def _child(spec_path: str) -> int:
     cache = OverlayCache(spec["cache"], spec["overlay"])
     make_non_dumpable()  # this process will hold the draw: no /proc/<pid>/mem or ptrace for the plugin's workers
     isolation = WorkerIsolation.probe([spec["cache"]])  # probed now: it starts programs
+    isolation = dataclasses.replace(isolation, server=server)
     # the parent relays these lines while the child runs (ProgressRelay): how the workers are isolated, then the jobs
     progress = open(box / PROGRESS_FILE, "a", encoding="utf-8", buffering=1)
     progress.write(f"plugin workers: {isolation.describe()}\n")
@@ -397,7 +410,8 @@ def _child(spec_path: str) -> int:
             cls = register_defense(name)(worker_defense(plugin, info, box, violation, isolation))
         else:
             cls = register_attack(name)(worker_attack(plugin, info, box, violation, isolation))
-        hardware = arm_sandbox(box, violation, may_spawn=spawn_allowed(box))
+        hardware = arm_sandbox(box, violation, may_spawn=spawn_allowed(box),
+                               sockets=() if server is None else (server.sock,))
         suite = parse_suite(submission_suite(spec["suite_raw"], kind, name, spec["extend"]), path=spec["suite_path"])
 
 
@@ -448,6 +462,9 @@ def _child(spec_path: str) -> int:
         msg = str(exc) if isinstance(exc, PrivbenchError) else f"the plugin raised {type(exc).__name__}: {exc}"
         write({"status": "failed", "error": msg.splitlines()[0][:2000] if msg else type(exc).__name__})
         return FAILURE_EXIT
+    finally:
+        if server is not None:
+            server.close()
 
 
 if __name__ == "__main__":

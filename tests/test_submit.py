@@ -258,6 +258,43 @@ def test_a_submitted_attack_cannot_read_the_labels_from_its_process(scored, tmp_
     assert aucs and all(a < 1.0 for a in aucs), aucs   # scored by its loss, not by labels
 
 
+def test_a_forked_worker_holds_no_way_into_the_processes_that_started_it(scored, tmp_path):
+    """The fork server's channel (bench/fork_server.py): a defense that looks for the server's socket among its
+    descriptors and opens its parent's and grandparent's memory through libc, past the audit hook
+    (tests/plugins/fork_probe_defense.py), finds its own five descriptors (its two pipes, stderr on 1 and 2, the
+    guard's report) and no socket (left open, the socket would let it ask for a worker unconfined). Where the worker
+    has a user namespace of its own it is refused the memory of the server and of the child that holds the draw:
+    it holds no capability in their namespace (and both are non-dumpable, which is what refuses it where there is
+    no namespace; as root here the test cannot show that part)."""
+    res = _submit_bad(scored, "fork_probe", RUN_LIMITS, tmp_path)
+    found = res.error.partition("probe: ")[2]
+    assert found, res.error
+    descriptors = dict(item.split("=") for item in found.partition("descriptors ")[2].partition(";")[0].split())
+    # its requests, its stderr twice (stdout is stderr: prints stay off the channel), its replies, the report
+    assert sorted(descriptors.values()) == ["file", "file", "file", "pipe", "pipe"], found
+    assert "sockets none;" in found, found
+    if os_isolation_available():
+        assert "parent mem opened" not in found and "grandparent mem opened" not in found, found
+        assert found.count("Permission denied") + found.count("Operation not permitted") == 2, found
+
+
+def test_worker_start_is_checked_and_forks_only_without_cuda(monkeypatch):
+    """``PRIVBENCH_WORKER_START`` takes the two ways a child starts workers and names them when given another."""
+    import torch
+
+    from bench.errors import ConfigError
+    from bench.fork_server import fork_server_usable
+    monkeypatch.setenv("PRIVBENCH_WORKER_START", "spawn")
+    assert fork_server_usable() is False
+    monkeypatch.setenv("PRIVBENCH_WORKER_START", "fork-server")
+    assert fork_server_usable() is (not torch.cuda.is_available())
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert fork_server_usable() is False
+    monkeypatch.setenv("PRIVBENCH_WORKER_START", "fork")
+    with pytest.raises(ConfigError, match="'fork-server'.*'spawn'"):
+        fork_server_usable()
+
+
 # ------------------------------------------------------------------ the shared cache: read-only, overlay discarded
 
 def test_honest_run_adds_only_the_parents_task_data_to_the_shared_cache(scored):
