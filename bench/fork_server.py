@@ -100,24 +100,32 @@ class ForkServer:
         return self._pids[request]
 
     def exit_status(self, request: int, timeout: float | None) -> int | None:
-        """The worker's exit status; None if it is still running after ``timeout`` seconds (0: do not wait)."""
+        """The worker's exit status; None if it has not ended (or not been forked yet) after ``timeout`` seconds
+        (0: do not wait)."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        pid = self.pid(request)
-        while pid not in self._exits:
+        while True:
+            if request in self._failed:
+                raise _gone(f"the worker server could not start a worker: {self._failed[request]}")
+            pid = self._pids.get(request)
+            if pid is not None and pid in self._exits:
+                return self._exits[pid]
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                return None
+                while self._receive(0):  # what has arrived already, without waiting
+                    pass
+                pid = self._pids.get(request)
+                return self._exits.get(pid) if pid is not None else None
             self._receive(left)
-        return self._exits[pid]
 
-    def _receive(self, timeout: float | None) -> None:
+    def _receive(self, timeout: float | None) -> bool:
+        """Take one message from the server, waiting at most ``timeout`` seconds; False if none came."""
         if self._gone is not None:
             raise _gone(self._gone)
         self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(_MAX_MESSAGE)
-        except (TimeoutError, socket.timeout):
-            return
+        except (TimeoutError, socket.timeout, BlockingIOError):  # nothing within the timeout (or, at 0, yet)
+            return False
         except OSError as exc:
             data, err = b"", exc
         else:
@@ -135,6 +143,7 @@ class ForkServer:
             self._pids[int(msg["id"])] = int(msg["pid"])
         elif "error" in msg:
             self._failed[int(msg["id"])] = str(msg["error"])
+        return True
 
     def _last_words(self) -> str:
         self._stderr.flush()

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
@@ -121,18 +122,24 @@ def test_a_forked_workers_end_is_reported_as_a_spawned_ones(server, tmp_path):
 
 
 def test_a_killed_server_fails_its_workers_with_an_error_that_says_so(tmp_path):
-    """A server that is gone (a plugin may kill it: same user) leaves no caller waiting: the next worker's
-    description fails with a PluginError naming the server."""
+    """A server that is gone (a plugin may kill it: same user) leaves no caller waiting: a worker asked for
+    before, and one asked for after, fail with a PluginError naming the server. Asking whether a worker has ended
+    does not wait for the server (here still importing) to fork it."""
     srv = _server(tmp_path / "own")
     try:
         isolation = dataclasses.replace(WorkerIsolation.probe([]), server=srv)
         box = tmp_path / "box"
         box.mkdir()
         plugin = _plugin(tmp_path, WHERE_AM_I, "where_defense.py")
+        early = WorkerSession(plugin, box, box / "violation.json", isolation)
+        t0 = time.perf_counter()
+        assert early.proc.poll() is None
+        assert time.perf_counter() - t0 < 2.0
         os.kill(srv.proc.pid, signal.SIGKILL)
         srv.proc.wait()
-        with pytest.raises(PluginError, match="worker server"):
-            with WorkerSession(plugin, box, box / "violation.json", isolation) as w:
-                w.info  # noqa: B018
+        for session in (early, WorkerSession(plugin, box, box / "violation.json", isolation)):
+            with pytest.raises(PluginError, match="worker server"):
+                with session as w:
+                    w.info  # noqa: B018
     finally:
         srv.close()
