@@ -44,16 +44,22 @@ _MAX_MESSAGE = 1 << 20
 _FDS_PER_WORKER = 4  # its requests (read end), its replies (write end), its stderr, the guard's report
 
 
+def worker_start() -> str:
+    """``PRIVBENCH_WORKER_START``, checked: ``fork-server`` (the default) or ``spawn``; a
+    :class:`~bench.errors.ConfigError` naming both otherwise (``privbench submit`` checks it before its sandbox)."""
+    mode = os.environ.get("PRIVBENCH_WORKER_START", "fork-server")
+    if mode not in ("fork-server", "spawn"):
+        from bench.errors import ConfigError
+        raise ConfigError(f"PRIVBENCH_WORKER_START={mode!r}: give 'fork-server' (the default) or 'spawn'")
+    return mode
+
+
 def fork_server_usable() -> bool:
     """Whether the submission child should fork its workers from a server: on Linux (``unshare(2)``, sequenced
     packets over a socket pair), not where CUDA is (a forked child cannot use a CUDA context its parent may have
     made), and not where ``PRIVBENCH_WORKER_START=spawn`` asks for a fresh interpreter per worker (the way to
     compare the two)."""
-    mode = os.environ.get("PRIVBENCH_WORKER_START", "fork-server")
-    if mode not in ("fork-server", "spawn"):
-        from bench.errors import ConfigError
-        raise ConfigError(f"PRIVBENCH_WORKER_START={mode!r}: give 'fork-server' (the default) or 'spawn'")
-    if mode == "spawn" or not sys.platform.startswith("linux"):
+    if worker_start() == "spawn" or not sys.platform.startswith("linux"):
         return False
     import torch
     return not torch.cuda.is_available()

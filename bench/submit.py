@@ -94,6 +94,7 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
     """Run the plugin ``ref`` (a .py file or an entry-point name) on ``suite`` (or on ``track``, beside the track's
     anchors, where it is ranked) in a sandbox; store one run."""
     from bench.cache import OVERLAY_DIR, ArtifactCache, check_cache_root, discard_overlay, overlay_summary
+    from bench.fork_server import worker_start
     from bench.sandbox import check_apart
     from bench.store import Store
     from bench.suite import load_suite, parse_suite
@@ -105,6 +106,7 @@ def submit(ref: str, *, suite: str = "smoke", db: str = "sqlite:///results.db", 
     where = ["--track", track] if track is not None else ["--suite", suite]
     run_key = submission_key(base.config, plugin, extend)
     check_cache_root(cache)  # an unusable cache is refused before the database is created or touched
+    worker_start()  # so is an unknown PRIVBENCH_WORKER_START
     store = Store(db, create=True)
     store.check_writable("store a submission")  # a read-only database is found now, not after the sandboxed run
     verified = os.environ.get("CI", "").lower() == "true"
