@@ -245,11 +245,9 @@ def _become_worker(req: dict, fds: list[int]) -> int:
     os.dup2(stdin, 0)
     os.dup2(stdout, 1)
     os.dup2(stderr, 2)
-    keep = max(report, 3)
-    if report != keep:  # not possible (0-2 were open when it arrived), but never close the report by mistake
-        os.dup2(report, keep)
-    os.closerange(3, keep)
-    os.closerange(keep + 1, os.sysconf("SC_OPEN_MAX"))
+    # the report keeps its number (3 or more: 0-2 were open when it arrived); everything else above 2 is closed
+    os.closerange(3, report)
+    os.closerange(report + 1, os.sysconf("SC_OPEN_MAX"))
     from bench.plugin_worker import make_dumpable
     make_dumpable()  # as a fresh process is: /proc/self/uid_map is then its own to write
     if req["nested"]:
@@ -272,7 +270,7 @@ def _become_worker(req: dict, fds: list[int]) -> int:
     np.random.seed()
     sys.argv = ["bench.plugin_worker", req["workdir"]]
     from bench.plugin_worker import main
-    code = main(req["workdir"], report_fd=keep)
+    code = main(req["workdir"], report_fd=report)
     sys.stdout.flush()
     sys.stderr.flush()
     return code
