@@ -7,6 +7,19 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+# Under pytest-xdist (`-n auto`, pyproject.toml) the workers share the cores: each worker's torch, and every
+# process its tests start, gets its share of the threads instead of all of them (oversubscribed threads spin).
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+if _WORKERS > 1:
+    os.environ.setdefault("PRIVBENCH_THREADS", str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
+MAX_WORKERS = 4
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per core, at most MAX_WORKERS (each e2e test starts processes and servers of its own)."""
+    return max(1, min(os.cpu_count() or 1, MAX_WORKERS))
+
 
 @pytest.fixture(scope="session")
 def cache(tmp_path_factory):
@@ -41,18 +54,32 @@ def db_url(request, tmp_path):
 # process), `-m e2e` (the CLI in subprocesses, the sandbox, a browser, Ray). A module not listed is a unit module.
 E2E = {"test_smoke_suite", "test_leaderboard_e2e", "test_submit", "test_fault_injection", "test_executors",
        "test_bad_inputs", "test_cli_errors", "test_validate", "test_data_cli", "test_distance", "test_ray_cluster",
-       "test_benchmark_scripts"}
+       "test_benchmark_scripts", "test_plugin_worker", "test_fork_server"}
 INTEGRATION = {"test_runner", "test_dp", "test_naf", "test_guard", "test_hush", "test_mitigations", "test_prefix",
                "test_self_prompt", "test_fair_game", "test_dishonest_attack", "test_utility", "test_matching",
                "test_plan", "test_library_api", "test_conformance", "test_rmia", "test_lm_eval_adapter",
                "test_device", "test_users_secrets", "test_units", "test_canaries", "test_names2ids",
                "test_extraction", "test_leaderboard", "test_compare", "test_report", "test_user_files",
                "test_hub_loaders", "test_pile_subsets", "test_corpus", "test_exposure", "test_hush_world",
-               "test_generation_batched", "test_gguf_cache", "test_audit_canaries", "test_scoring_host", "test_pools"}
+               "test_generation_batched", "test_gguf_cache", "test_audit_canaries", "test_scoring_host", "test_pools",
+               "test_secret_audit", "test_audit_claims", "test_audit_game", "test_identical_release"}
+
+
+TIER_ORDER = {"e2e": 0, "integration": 1, "unit": 2}
+
+
+def _tier(item) -> str:
+    module = item.module.__name__.rpartition(".")[2]
+    return "e2e" if module in E2E else "integration" if module in INTEGRATION else "unit"
 
 
 def pytest_collection_modifyitems(config, items):
+    """Mark each test with its tier, and run the slow tiers first (stable within a tier).
+
+    Under xdist (`--dist loadfile --no-loadscope-reorder`) a module is one unit of work, handed out in this
+    order: the long e2e modules start first and the many short unit modules fill the end, so no worker is left
+    alone with a long module while the others idle.
+    """
     for item in items:
-        module = item.module.__name__.rpartition(".")[2]
-        tier = "e2e" if module in E2E else "integration" if module in INTEGRATION else "unit"
-        item.add_marker(getattr(pytest.mark, tier))
+        item.add_marker(getattr(pytest.mark, _tier(item)))
+    items.sort(key=lambda item: TIER_ORDER[_tier(item)])
