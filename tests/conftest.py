@@ -65,8 +65,21 @@ INTEGRATION = {"test_runner", "test_dp", "test_naf", "test_guard", "test_hush", 
                "test_secret_audit", "test_audit_claims", "test_audit_game", "test_identical_release"}
 
 
+TIER_ORDER = {"e2e": 0, "integration": 1, "unit": 2}
+
+
+def _tier(item) -> str:
+    module = item.module.__name__.rpartition(".")[2]
+    return "e2e" if module in E2E else "integration" if module in INTEGRATION else "unit"
+
+
 def pytest_collection_modifyitems(config, items):
+    """Mark each test with its tier, and run the slow tiers first (stable within a tier).
+
+    Under xdist (`--dist loadfile --no-loadscope-reorder`) a module is one unit of work, handed out in this
+    order: the long e2e modules start first and the many short unit modules fill the end, so no worker is left
+    alone with a long module while the others idle.
+    """
     for item in items:
-        module = item.module.__name__.rpartition(".")[2]
-        tier = "e2e" if module in E2E else "integration" if module in INTEGRATION else "unit"
-        item.add_marker(getattr(pytest.mark, tier))
+        item.add_marker(getattr(pytest.mark, _tier(item)))
+    items.sort(key=lambda item: TIER_ORDER[_tier(item)])

@@ -1,5 +1,5 @@
 """The test tiers of tests/conftest.py name real modules: a misspelt name would silently make a slow module a
-unit module, and `pytest -m unit` would train models."""
+unit module, so `pytest -m unit` would train models and the parallel run would hand it out last."""
 
 from __future__ import annotations
 
@@ -13,3 +13,7 @@ def test_every_tiered_module_exists_and_has_one_tier():
     assert not (conftest.E2E | conftest.INTEGRATION) - modules
     assert not conftest.E2E & conftest.INTEGRATION
 
+
+def test_slow_tiers_are_collected_first(request):
+    tiers = [conftest.TIER_ORDER[conftest._tier(item)] for item in request.session.items]
+    assert tiers == sorted(tiers)
