@@ -295,6 +295,18 @@ def test_worker_start_is_checked_and_forks_only_without_cuda(monkeypatch):
         fork_server_usable()
 
 
+# ------------------------------------------------------------------ the shared cache: read-only, overlay discarded
+
+def test_honest_run_adds_only_the_parents_task_data_to_the_shared_cache(scored):
+    """The child trained the adapted model into its overlay (θ it read from the shared cache); none of it was
+    promoted. The one addition allowed is task data the parent builds before the child starts (trusted code,
+    trusted inputs)."""
+    before, after = scored["cache_before"], scored["cache_after"]
+    changed = {k for k in before if after.get(k) != before[k]}
+    added = set(after) - set(before)
+    assert not changed, changed
+    assert {k.split("/")[0] for k in added} <= {"data"}, sorted(added)
+
 
 def test_a_tampering_plugin_changes_nothing_in_the_shared_cache(scored, tmp_path):
     """A defense that writes into the shared cache past the audit hook (where the kernel enforces the read-only
