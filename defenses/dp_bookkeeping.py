@@ -80,6 +80,15 @@ def _ghost_is_cheaper(a: torch.Tensor, g: torch.Tensor, unit_rows: int | None, n
     return n * width * width * (d_in + d_out) < rows * t * d_in * d_out
 
 
+def _as_float(x: torch.Tensor) -> torch.Tensor:
+    """``x`` in float32, without a dispatch where it already is (each dispatch is a launch's host cost on a GPU)."""
+    return x if x.dtype == torch.float32 else x.float()
+
+
+def _cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    return x if x.dtype == dtype else x.to(dtype)
+
+
 def _sq_norms(per_record: torch.Tensor) -> torch.Tensor:
     """Squared L2 norm of each record's slice (first dimension), in one pass without a squared copy."""
     return torch.linalg.vector_norm(per_record.reshape(per_record.shape[0], -1), dim=1).square()
@@ -115,7 +124,7 @@ class BookKeepingDP:
                 output = output.detach().requires_grad_(True)
             entry = [x, None]
             self._book[name].append(entry)
-            output.register_hook(lambda g: entry.__setitem__(1, g.detach()))
+            output.register_hook(lambda g: entry.__setitem__(1, g))  # a gradient without create_graph: no graph
             return output
         return hook
 
@@ -160,8 +169,10 @@ class BookKeepingDP:
                 continue
             if x.dim() == 2:
                 x, g = x[:, None], g[:, None]
-            xs.append(x.reshape(x.shape[0], -1, x.shape[-1]))
-            gs.append(g.reshape(g.shape[0], -1, g.shape[-1]))
+            elif x.dim() > 3:
+                x, g = x.reshape(x.shape[0], -1, x.shape[-1]), g.reshape(g.shape[0], -1, g.shape[-1])
+            xs.append(x)
+            gs.append(g)
         if not xs:
             return None, None
         if len(xs) == 1:  # one call (the usual case): no copy
@@ -185,7 +196,7 @@ class BookKeepingDP:
                 a, g = self._entries(name)
                 if a is None:
                     continue
-                a, g = a.float(), g.float()
+                a, g = _as_float(a), _as_float(g)
                 per_record = None  # per-record (per-unit) weight gradients, where forming them is the cheaper way
                 if isinstance(module, torch.nn.LayerNorm):
                     a = F.layer_norm(a, module.normalized_shape, eps=module.eps)  # x̂: the weight's input
@@ -202,30 +213,40 @@ class BookKeepingDP:
                     else:
                         per_record = by_unit(torch.bmm(g.transpose(1, 2), a))
                         norm2 += _sq_norms(per_record)
+                g_bias = None  # each row's bias gradient: its output gradients summed over positions
                 if module.bias is not None and module.bias.requires_grad:
-                    norm2 += _sq_norms(by_unit(g.sum(1)))
-                layers.append((module, a, g, per_record))
+                    g_bias = g.sum(1)
+                    norm2 += _sq_norms(by_unit(g_bias))
+                layers.append((module, a, g, per_record, g_bias))
             if g_emb is not None:
                 norm2 += embedding_sq_norms(ids, g_emb, row_unit, n)
             coef = (self.clip / (norm2.sqrt() + 1e-6)).clamp(max=1.0)
             row_coef = coef if row_unit is None else coef[row_unit.to(coef.device)]  # a row is clipped as its unit
-            for module, a, g, per_record in layers:
+            for module, a, g, per_record, g_bias in layers:
                 w = module.weight
                 if w is not None and w.requires_grad:
                     if per_record is not None:  # already formed: a weighted sum over records (units)
-                        sums[id(w)] = torch.tensordot(coef, per_record, dims=1).to(w.dtype)
+                        sums[id(w)] = _cast(torch.tensordot(coef, per_record, dims=1), w.dtype)
                     else:  # (c ∘ g)ᵀ a: the non-private weight gradient's product, records weighted
                         flat = (g * row_coef[:, None, None]).reshape(-1, g.shape[-1])
-                        sums[id(w)] = (flat.T @ a.reshape(-1, a.shape[-1])).to(w.dtype)
-                if module.bias is not None and module.bias.requires_grad:
-                    sums[id(module.bias)] = torch.tensordot(row_coef, g.sum(1), dims=1).to(module.bias.dtype)
+                        sums[id(w)] = _cast(flat.T @ a.reshape(-1, a.shape[-1]), w.dtype)
+                if g_bias is not None:
+                    sums[id(module.bias)] = _cast(torch.tensordot(row_coef, g_bias, dims=1), module.bias.dtype)
             if g_emb is not None:
                 w = self.emb.weight
                 sums[id(w)] = torch.zeros_like(w).index_add_(
-                    0, ids.reshape(-1), (row_coef[:, None, None] * g_emb).reshape(-1, w.shape[1]).to(w.dtype))
-        for p in self.params:  # Opacus' DPOptimizer: noise per parameter in the optimizer's order
-            noise = torch.normal(0.0, self.sigma * self.clip, p.shape, generator=self.generator, device=p.device)
-            p.grad = (sums.get(id(p), torch.zeros_like(p)) + noise) / self.expected
+                    0, ids.reshape(-1), _cast((row_coef[:, None, None] * g_emb).reshape(-1, w.shape[1]), w.dtype))
+        # Opacus' DPOptimizer: noise per parameter in the optimizer's order, drawn one parameter at a time (the
+        # generator's stream), then (clipped sum + noise) / expected batch size; the sums and divisions run as
+        # multi-tensor (foreach) kernels, so a GPU step launches two kernels here instead of two per parameter
+        grads = [torch.normal(0.0, self.sigma * self.clip, p.shape, generator=self.generator, device=p.device)
+                 for p in self.params]
+        summed = [(i, sums[id(p)]) for i, p in enumerate(self.params) if id(p) in sums]
+        if summed:
+            torch._foreach_add_([grads[i] for i, _ in summed], [s for _, s in summed])
+        torch._foreach_div_(grads, self.expected)
+        for p, grad in zip(self.params, grads):
+            p.grad = grad
         self.optimizer.step()
         if self.accountant is not None:
             self.accountant.step(noise_multiplier=self.sigma, sample_rate=self.sample_rate)

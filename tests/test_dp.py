@@ -516,6 +516,39 @@ def test_bookkeeping_refuses_what_it_cannot_clip_exactly():
         train_prefix(tied, [[1, 2, 3]], prefix_length=2, grad_sample_mode="bk")
 
 
+def test_bookkeeping_step_assembles_gradients_in_multi_tensor_kernels():
+    """A small model's DP step on a GPU is bound by kernel launches (docs/benchmarks.md, "DP-SGD step cost on
+    CUDA"), so book-keeping adds noise and divides by the expected batch size in two multi-tensor (foreach)
+    operations, not two per parameter, makes no zero gradient it does not use and no no-op dtype casts. Counted
+    as the top-level operations one step dispatches, which grow with the parameters only in the noise draws
+    (one per parameter, the generator's stream as Opacus draws it)."""
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from defenses.dp_bookkeeping import BookKeepingDP
+
+    torch.manual_seed(0)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                                             intermediate_size=32, tie_word_embeddings=False)).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    dp = BookKeepingDP(model, torch.optim.SGD(params, lr=0.1), noise_multiplier=1.0, max_grad_norm=1.0,
+                       expected_batch_size=4, generator=torch.Generator().manual_seed(0), loss_fn=record_losses)
+    ids = torch.randint(0, 64, (4, 12), generator=torch.Generator().manual_seed(1))
+    dp.backward(ids, torch.ones_like(ids))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        dp.step()
+    top = Counter(e.name for e in prof.events()
+                  if e.name.startswith("aten::") and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
+    assert top["aten::normal"] == len(params) > 20  # one draw per parameter
+    assert top["aten::_foreach_add_"] == 1 and top["aten::_foreach_div_"] == 1
+    assert top["aten::div"] == 0
+    assert top["aten::to"] == 1  # the input embedding's token-equality mask, bool to float; no no-op casts
+    assert top["aten::zeros_like"] == 1  # the input embedding's gradient, filled by index_add_
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
+
+
 def test_step_cost_command_takes_batch_length_and_steps_and_refuses_bad_values(capsys):
     """`python -m defenses.dp` measures at the batch the user names (on a GPU, small batches are launch-bound), and
     a bad value stops with an error naming it, before any model is built."""
