@@ -54,3 +54,46 @@ def test_dry_run_reports_scoring_beside_the_bare_forward(tmp_path):
     assert 0 < out["tokenize_seconds"] < out["seconds"] and out["mfu_excluding_tokenization"] is None
     tables = (tmp_path / "profile.txt").read_text()
     assert "## scoring" in tables and "## bare_forward" in tables and "aten::" in tables
+
+
+REVISIONS = REPO / "scripts" / "dp_step_revisions.py"
+
+
+def _revisions(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PRIVBENCH_THREADS="1", PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, str(REVISIONS), *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+def test_dp_step_revisions_tells_a_rounding_change_from_an_identical_step(tmp_path):
+    """scripts/dp_step_revisions.py --check-identical is what docs/benchmarks.md cites for "bit-identical": a copy
+    of the checkout's book-keeping module whose clipping coefficient rounds differently (ε 1e-6 → 1e-7 in
+    C / (‖g‖ + ε)) must be reported as different, with a non-zero exit, and a plain copy as identical."""
+    source = (REPO / "defenses" / "dp_bookkeeping.py").read_text()
+    assert "(norm2.sqrt() + 1e-6)" in source
+    changed = tmp_path / "changed.py"
+    changed.write_text(source.replace("(norm2.sqrt() + 1e-6)", "(norm2.sqrt() + 1e-7)"))
+    proc = _revisions(str(changed), "--check-identical", "--methods", "lora")
+    assert proc.returncode == 1, proc.stderr
+    assert "DIFFERENT" in proc.stdout and "the revisions differ" in proc.stdout
+    same = tmp_path / "same.py"
+    same.write_text(source)
+    proc = _revisions(str(same), "--check-identical", "--methods", "lora")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines if ln.endswith("bit-identical")] == ["lora"] * 4 + ["every"]
+
+
+def test_dp_step_revisions_times_both_revisions_and_refuses_a_missing_file(tmp_path):
+    same = tmp_path / "same.py"
+    same.write_text((REPO / "defenses" / "dp_bookkeeping.py").read_text())
+    out = tmp_path / "rows.json"
+    proc = _revisions(str(same), "--specs", "nano", "--methods", "lora", "--batches", "2", "--length", "16",
+                      "--steps", "3", "--rounds", "1", "--json", str(out))
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())
+    assert len(rows) == 1 and rows[0]["spec"] == "nano" and rows[0]["method"] == "lora" and rows[0]["batch"] == 2
+    assert len(rows[0]["other"]) == len(rows[0]["this"]) == 1 and rows[0]["nonprivate_s"] > 0
+    assert proc.stdout.splitlines()[-1].split()[:3] == ["nano", "lora", "2"]
+    proc = _revisions(str(tmp_path / "absent.py"))
+    assert proc.returncode == 2 and "git show REV:defenses/dp_bookkeeping.py" in proc.stderr
