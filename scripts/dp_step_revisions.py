@@ -9,10 +9,15 @@ with ``defenses.dp.measure_step_cost`` (non-private step and bk step of the same
     python scripts/dp_step_revisions.py /tmp/bk_old.py [--specs nano,micro] [--methods full,lora,head]
                                         [--batches 16,64] [--rounds 2] [--json PATH]
     python scripts/dp_step_revisions.py /tmp/bk_old.py --check-identical
+    python scripts/dp_step_revisions.py /tmp/bk_old.py --count-ops [--specs nano] [--methods full,lora,head]
 
 ``--check-identical`` instead trains a small model four noisy DP-SGD steps with each revision (each of ``--methods``;
 record and unit level; the ghost-norm and the formed-gradient paths) and says whether every parameter and loss is
 bit for bit the same: a speed change that keeps it so moves no stored result.
+
+``--count-ops`` counts, on the CPU, the top-level operations one optimizer step dispatches (torch.profiler; AdamW
+with ``foreach``, as on a GPU), non-private and book-keeping with each revision: on a GPU where a small model's
+step is bound by kernel launches, the ratio of these counts is what a change of the step's host side can move.
 
 Prints one line per (spec, method, batch): the median over rounds of each revision's DP/non-DP ratio (wall time
 on CUDA, process time on CPU, as ``python -m defenses.dp``, and like it on ``PRIVBENCH_THREADS`` torch threads,
@@ -112,6 +117,64 @@ def identical(other, methods: tuple[str, ...] = ("full", "lora", "head")) -> boo
     return every
 
 
+def count_ops(module, spec_name: str, method: str, length: int = 128) -> tuple[int, int]:
+    """(non-private, book-keeping) top-level aten operations of one optimizer step on 2 records of ``length``
+    tokens, with ``module`` as the book-keeping implementation; the model as ``measure_step_cost`` builds it."""
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from bench.modeling import BUILTIN_SPECS
+    from defenses.dp import LORA_TARGETS, record_losses
+
+    spec = BUILTIN_SPECS[spec_name]
+    cfg = GPTNeoXConfig(vocab_size=8192, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
+                        num_attention_heads=spec.num_heads, intermediate_size=4 * spec.hidden_size,
+                        max_position_embeddings=spec.context_length, rotary_pct=0.25, use_parallel_residual=True,
+                        tie_word_embeddings=False)
+
+    def build() -> torch.nn.Module:
+        torch.manual_seed(0)
+        model = GPTNeoXForCausalLM(cfg)
+        if method == "lora":
+            from peft import LoraConfig, get_peft_model
+            model = get_peft_model(model, LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS,
+                                                     task_type="CAUSAL_LM"))
+        elif method == "head":
+            for p in model.parameters():
+                p.requires_grad_(False)
+            model.get_output_embeddings().weight.requires_grad_(True)
+        return model.train()
+
+    ids = torch.randint(0, 8192, (2, length), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    plain = build()
+    opt = torch.optim.AdamW([p for p in plain.parameters() if p.requires_grad], lr=1e-4, foreach=True)
+    private = build()
+    dp = module.BookKeepingDP(private, torch.optim.AdamW([p for p in private.parameters() if p.requires_grad],
+                                                         lr=1e-4, foreach=True),
+                              noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=2, generator=None,
+                              loss_fn=record_losses)
+
+    def nonprivate_step() -> None:
+        record_losses(plain(input_ids=ids, attention_mask=mask).logits, ids, mask).mean().backward()
+        opt.step()
+        opt.zero_grad()
+
+    def bk_step() -> None:
+        dp.backward(ids, mask)
+        dp.step()
+        dp.zero_grad()
+
+    def top_level(step) -> int:
+        step()  # the optimizer's state exists from the second step on
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            step()
+        return sum(1 for e in prof.events() if e.name.startswith("aten::")
+                   and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
+
+    return top_level(nonprivate_step), top_level(bk_step)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("other", type=Path, help="another revision's defenses/dp_bookkeeping.py")
@@ -122,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=2, help="alternations of the two revisions (median reported)")
     ap.add_argument("--json", type=Path, default=None, help="also write every measurement here")
+    ap.add_argument("--count-ops", action="store_true",
+                    help="count the operations one step dispatches (CPU) instead of timing steps")
     ap.add_argument("--check-identical", action="store_true",
                     help="check that both revisions train bit-identical models instead of timing them")
     args = ap.parse_args(argv)
@@ -133,6 +198,15 @@ def main(argv: list[str] | None = None) -> int:
         ok = identical(other, tuple(args.methods.split(",")))
         print("every step bit-identical" if ok else "the revisions differ")
         return 0 if ok else 1
+    if args.count_ops:
+        print(f"{'spec':<7}{'method':<7}{'nonprivate ops':>16}{'other bk':>18}{'this bk':>18}")
+        for spec in args.specs.split(","):
+            for method in args.methods.split(","):
+                base, theirs = count_ops(other, spec, method, args.length)
+                _, ours = count_ops(current, spec, method, args.length)
+                print(f"{spec:<7}{method:<7}{base:>16}{theirs:>11} ({theirs / base:.2f}x){ours:>11} "
+                      f"({ours / base:.2f}x)", flush=True)
+        return 0
     rows = []
     print(f"{'spec':<7}{'method':<7}{'batch':>6}{'nonprivate s':>14}{'other bk':>10}{'this bk':>10}")
     for spec in args.specs.split(","):

@@ -84,7 +84,7 @@ def test_dp_step_revisions_tells_a_rounding_change_from_an_identical_step(tmp_pa
     assert [ln.split()[0] for ln in lines if ln.endswith("bit-identical")] == ["lora"] * 4 + ["every"]
 
 
-def test_dp_step_revisions_times_both_revisions_and_refuses_a_missing_file(tmp_path):
+def test_dp_step_revisions_times_and_counts_both_revisions_and_refuses_a_missing_file(tmp_path):
     same = tmp_path / "same.py"
     same.write_text((REPO / "defenses" / "dp_bookkeeping.py").read_text())
     out = tmp_path / "rows.json"
@@ -95,5 +95,9 @@ def test_dp_step_revisions_times_both_revisions_and_refuses_a_missing_file(tmp_p
     assert len(rows) == 1 and rows[0]["spec"] == "nano" and rows[0]["method"] == "lora" and rows[0]["batch"] == 2
     assert len(rows[0]["other"]) == len(rows[0]["this"]) == 1 and rows[0]["nonprivate_s"] > 0
     assert proc.stdout.splitlines()[-1].split()[:3] == ["nano", "lora", "2"]
+    proc = _revisions(str(same), "--count-ops", "--specs", "nano", "--methods", "head", "--length", "16")
+    assert proc.returncode == 0, proc.stderr
+    spec, method, base, theirs, _, ours, _ = proc.stdout.splitlines()[-1].split()
+    assert (spec, method) == ("nano", "head") and int(base) > 100 and theirs == ours  # one code, one count
     proc = _revisions(str(tmp_path / "absent.py"))
     assert proc.returncode == 2 and "git show REV:defenses/dp_bookkeeping.py" in proc.stderr
