@@ -124,7 +124,7 @@ class BookKeepingDP:
                 output = output.detach().requires_grad_(True)
             entry = [x, None]
             self._book[name].append(entry)
-            output.register_hook(lambda g: entry.__setitem__(1, g))  # a gradient without create_graph: no graph
+            output.register_hook(lambda g: entry.__setitem__(1, g.detach()))
             return output
         return hook
 
