@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU measurements docs/benchmarks.md records, as one prepared run for a lent GPU machine (each stage under its
+# The main GPU measurements docs/benchmarks.md records, as one prepared run for a lent GPU machine (each stage under its
 # own time limit, every output appended to OUTDIR/stages.log as it goes, so a run cut short still returns what it
 # finished; OUTDIR ends up with at most six files: timings.log, stages.log, dp_revisions.json and three databases):
 #   1. the machine and the versions;
