@@ -80,12 +80,8 @@ def _ghost_is_cheaper(a: torch.Tensor, g: torch.Tensor, unit_rows: int | None, n
     return n * width * width * (d_in + d_out) < rows * t * d_in * d_out
 
 
-def _as_float(x: torch.Tensor) -> torch.Tensor:
-    """``x`` in float32, without a dispatch where it already is (each dispatch is a launch's host cost on a GPU)."""
-    return x if x.dtype == torch.float32 else x.float()
-
-
 def _cast(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``x`` in ``dtype``, without a dispatch where it already is (each dispatch is a launch's host cost on a GPU)."""
     return x if x.dtype == dtype else x.to(dtype)
 
 
@@ -196,7 +192,7 @@ class BookKeepingDP:
                 a, g = self._entries(name)
                 if a is None:
                     continue
-                a, g = _as_float(a), _as_float(g)
+                a, g = _cast(a, torch.float32), _cast(g, torch.float32)
                 per_record = None  # per-record (per-unit) weight gradients, where forming them is the cheaper way
                 if isinstance(module, torch.nn.LayerNorm):
                     a = F.layer_norm(a, module.normalized_shape, eps=module.eps)  # x̂: the weight's input
