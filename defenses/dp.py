@@ -788,6 +788,46 @@ class DPAdapt(Defense):
 
 
 # ------------------------------------------------------------------------------------------ step cost
+def step_cost_config(spec_name: str, vocab: int = 8192):
+    """The random-init architecture ``measure_step_cost`` times for ``spec_name``: a GPT-NeoX of a built-in spec
+    (untied embeddings, so book-keeping can clip every method), or SmolLM2-135M's Llama (tied, RMSNorm)."""
+    from transformers import GPTNeoXConfig, LlamaConfig
+
+    from bench.modeling import BUILTIN_SPECS
+
+    if spec_name == SMOLLM2_ARCH:  # the realistic track's architecture, random weights (speed does not need them)
+        return LlamaConfig(vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
+                           num_key_value_heads=3, intermediate_size=1536, max_position_embeddings=2048,
+                           rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True)
+    spec = BUILTIN_SPECS[spec_name]
+    return GPTNeoXConfig(vocab_size=vocab, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
+                         num_attention_heads=spec.num_heads, intermediate_size=4 * spec.hidden_size,
+                         max_position_embeddings=spec.context_length, rotary_pct=0.25, use_parallel_residual=True,
+                         tie_word_embeddings=False)
+
+
+def step_cost_model(cfg, method: str, seed: int = 0) -> torch.nn.Module:
+    """A model of ``cfg`` seeded with ``seed``, in training mode, trainable as ``method`` trains it (LoRA r 8 on
+    the architecture's targets, a 32-token prefix, the output embedding alone, or all weights)."""
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    gpt_neox = isinstance(cfg, GPTNeoXConfig)
+    m = (GPTNeoXForCausalLM if gpt_neox else LlamaForCausalLM)(cfg)
+    if method == "head":
+        for p in m.parameters():
+            p.requires_grad_(False)
+        m.get_output_embeddings().weight.requires_grad_(True)
+    elif method == "lora":
+        from peft import LoraConfig, get_peft_model
+        targets = LORA_TARGETS if gpt_neox else ["q_proj", "k_proj", "v_proj", "o_proj"]
+        m = get_peft_model(m, LoraConfig(r=8, lora_alpha=16, target_modules=targets, task_type="CAUSAL_LM"))
+    elif method == "prefix":
+        from peft import PrefixTuningConfig, get_peft_model
+        m = get_peft_model(m, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=32))
+    return m.train()
+
+
 def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int = 128, steps: int = 12,
                       modes: tuple[str, ...] = GRAD_SAMPLE_MODES, method: str = "full", vocab: int = 8192,
                       seed: int = 0, device: str | torch.device | None = None,
@@ -808,7 +848,6 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
     import statistics
 
     from opacus import PrivacyEngine
-    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
 
     from bench.modeling import BUILTIN_SPECS
 
@@ -834,38 +873,14 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
     cuda = dev.type == "cuda"
     row_unit = None if unit_sizes is None else \
         torch.tensor([u for u, k in enumerate(unit_sizes) for _ in range(k)], device=dev)
-    lora_targets = LORA_TARGETS
-    if spec_name == SMOLLM2_ARCH:  # the realistic track's architecture, random weights (speed does not need them)
-        from transformers import LlamaConfig, LlamaForCausalLM
-        cfg = LlamaConfig(vocab_size=49152, hidden_size=576, num_hidden_layers=30, num_attention_heads=9,
-                          num_key_value_heads=3, intermediate_size=1536, max_position_embeddings=2048,
-                          rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True)
-        vocab, model_cls, lora_targets = 49152, LlamaForCausalLM, ["q_proj", "k_proj", "v_proj", "o_proj"]
-    else:
-        spec = BUILTIN_SPECS[spec_name]
-        cfg = GPTNeoXConfig(vocab_size=vocab, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
-                            num_attention_heads=spec.num_heads, intermediate_size=4 * spec.hidden_size,
-                            max_position_embeddings=spec.context_length, rotary_pct=0.25, use_parallel_residual=True,
-                            tie_word_embeddings=False)
-        model_cls = GPTNeoXForCausalLM
+    cfg = step_cost_config(spec_name, vocab)
+    vocab = cfg.vocab_size
     g = torch.Generator().manual_seed(seed)
     data = [torch.randint(0, vocab, (batch, length), generator=g).to(dev) for _ in range(steps)]
     mask = torch.ones(batch, length, dtype=torch.long, device=dev)
 
     def build():
-        torch.manual_seed(seed)
-        m = model_cls(cfg)
-        if method == "head":
-            for p in m.parameters():
-                p.requires_grad_(False)
-            m.get_output_embeddings().weight.requires_grad_(True)
-        elif method == "lora":
-            from peft import LoraConfig, get_peft_model
-            m = get_peft_model(m, LoraConfig(r=8, lora_alpha=16, target_modules=lora_targets, task_type="CAUSAL_LM"))
-        elif method == "prefix":
-            from peft import PrefixTuningConfig, get_peft_model
-            m = get_peft_model(m, PrefixTuningConfig(task_type="CAUSAL_LM", num_virtual_tokens=32))
-        return m.to(dev).train()
+        return step_cost_model(cfg, method, seed).to(dev)
 
     runs: dict[str, tuple] = {}
     m = build()

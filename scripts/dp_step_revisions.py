@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 import defenses.dp_bookkeeping as current  # noqa: E402
-from defenses.dp import measure_step_cost  # noqa: E402
+from defenses.dp import measure_step_cost, record_losses, step_cost_config, step_cost_model  # noqa: E402
 
 
 def load_revision(path: Path):
@@ -64,38 +64,17 @@ def ratio(module, spec: str, method: str, batch: int, length: int, steps: int) -
     return r[f"nonprivate_{key}_s"], r[f"bk_ratio_{key}"]
 
 
-def build(cfg, method: str, rank: int = 8) -> torch.nn.Module:
-    """A seeded GPT-NeoX of ``cfg`` in training mode, trainable as ``method`` trains it (full, lora, head)."""
-    from peft import LoraConfig, get_peft_model
-    from transformers import GPTNeoXForCausalLM
-
-    from defenses.dp import LORA_TARGETS
-
-    torch.manual_seed(0)
-    model = GPTNeoXForCausalLM(cfg)
-    if method == "lora":
-        model = get_peft_model(model, LoraConfig(r=rank, lora_alpha=2 * rank, target_modules=LORA_TARGETS,
-                                                 task_type="CAUSAL_LM"))
-    elif method == "head":
-        for p in model.parameters():
-            p.requires_grad_(False)
-        model.get_output_embeddings().weight.requires_grad_(True)
-    return model.train()
-
-
 def identical(other, methods: tuple[str, ...] = ("full", "lora", "head")) -> bool:
     """Both revisions' book-keeping steps from the same model, batches and noise generator: True when every
     parameter and every step's loss is bit for bit the same, for each method, level and norm path."""
     from transformers import GPTNeoXConfig
-
-    from defenses.dp import record_losses
 
     cfg = GPTNeoXConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                         intermediate_size=256, max_position_embeddings=64, rotary_pct=0.25,
                         use_parallel_residual=True, tie_word_embeddings=False)
 
     def train(module, method: str, units: list[int] | None, length: int):
-        model = build(cfg, method, rank=4)
+        model = step_cost_model(cfg, method)
         opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
         dp = module.BookKeepingDP(model, opt, noise_multiplier=0.7, max_grad_norm=0.5, expected_batch_size=8,
                                   generator=torch.Generator().manual_seed(3), loss_fn=record_losses)
@@ -127,22 +106,13 @@ def count_ops(module, spec_name: str, method: str, length: int = 128) -> tuple[i
     """(non-private, book-keeping) top-level aten operations of one optimizer step on 2 records of ``length``
     tokens, with ``module`` as the book-keeping implementation; the model as ``measure_step_cost`` builds it."""
     from torch.profiler import ProfilerActivity, profile
-    from transformers import GPTNeoXConfig
 
-    from bench.modeling import BUILTIN_SPECS
-    from defenses.dp import record_losses
-
-    spec = BUILTIN_SPECS[spec_name]
-    cfg = GPTNeoXConfig(vocab_size=8192, hidden_size=spec.hidden_size, num_hidden_layers=spec.num_layers,
-                        num_attention_heads=spec.num_heads, intermediate_size=4 * spec.hidden_size,
-                        max_position_embeddings=spec.context_length, rotary_pct=0.25, use_parallel_residual=True,
-                        tie_word_embeddings=False)
-
-    ids = torch.randint(0, 8192, (2, length), generator=torch.Generator().manual_seed(0))
+    cfg = step_cost_config(spec_name)
+    ids = torch.randint(0, cfg.vocab_size, (2, length), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)
-    plain = build(cfg, method)
+    plain = step_cost_model(cfg, method)
     opt = torch.optim.AdamW([p for p in plain.parameters() if p.requires_grad], lr=1e-4, foreach=True)
-    private = build(cfg, method)
+    private = step_cost_model(cfg, method)
     dp = module.BookKeepingDP(private, torch.optim.AdamW([p for p in private.parameters() if p.requires_grad],
                                                          lr=1e-4, foreach=True),
                               noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=2, generator=None,
