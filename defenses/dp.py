@@ -83,6 +83,9 @@ EPSILON_GRID = (0.1, 0.5, 1.0, 3.0, 8.0, math.inf)  # the privacy regimes of Mar
 DEFAULT_LR = {"full": 1e-3, "head": 1e-3, "lora": 3e-3, "prefix": 1e-2}
 LORA_TARGETS = ["query_key_value", "dense", "dense_h_to_4h", "dense_4h_to_h"]
 GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost", "vmap", "bk")
+#: bk with its layer schedule forced, for measure_step_cost: ``bk`` itself groups layers on CUDA only
+BK_SCHEDULES = {"bk-per-layer": False, "bk-grouped": True}
+STEP_COST_MODES = (*GRAD_SAMPLE_MODES, *BK_SCHEDULES)
 #: measure_step_cost's name for SmolLM2-135M's architecture (the realistic track's model) with random weights
 SMOLLM2_ARCH = "smollm2-135m-arch"
 
@@ -551,10 +554,13 @@ class _VmapDP:
 
 
 def _own_dp_step(mode: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, **kw):
-    """The DP step privbench implements itself for ``mode`` (``vmap`` or ``bk``), driven like Opacus' optimizer."""
+    """The DP step privbench implements itself for ``mode`` (``vmap``, ``bk`` or one of :data:`BK_SCHEDULES`),
+    driven like Opacus' optimizer."""
     if mode == "vmap":
         return _VmapDP(model, optimizer, **kw)
     from defenses.dp_bookkeeping import BookKeepingDP
+    if mode in BK_SCHEDULES:
+        kw["group_layers"] = BK_SCHEDULES[mode]
     return BookKeepingDP(model, optimizer, loss_fn=record_losses, **kw)
 
 
@@ -829,7 +835,7 @@ def step_cost_model(cfg, method: str, seed: int = 0) -> torch.nn.Module:
 
 
 def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int = 128, steps: int = 12,
-                      modes: tuple[str, ...] = GRAD_SAMPLE_MODES, method: str = "full", vocab: int = 8192,
+                      modes: tuple[str, ...] | None = None, method: str = "full", vocab: int = 8192,
                       seed: int = 0, device: str | torch.device | None = None,
                       unit_sizes: Sequence[int] | None = None) -> dict:
     """Seconds per optimizer step, non-private vs DP-SGD per ``modes``, on a random-init model of ``spec_name``.
@@ -844,6 +850,9 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
     on a shared machine when torch runs one thread) and the median wall seconds of a step; on CUDA (the
     default when available) the wall time is taken between ``torch.cuda.synchronize()`` calls and is the one
     to read. A mode a method cannot use (vmap with prefix) is reported as ``<mode>_error``.
+
+    ``modes`` defaults to every grad-sample mode and the bk layer schedule that ``bk`` does not use on this
+    device (:data:`BK_SCHEDULES`: ``bk`` groups layers on CUDA only), so one run shows both.
     """
     import statistics
 
@@ -857,9 +866,13 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             why = " (the first two steps are warm-up)" if name == "steps" else ""
             raise ConfigError(f"measure_step_cost: {name} must be an integer >= {low}{why}, got {value!r}")
-    bad = [m for m in modes if m not in GRAD_SAMPLE_MODES]
+    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    cuda = dev.type == "cuda"
+    if modes is None:
+        modes = (*GRAD_SAMPLE_MODES, "bk-per-layer" if cuda else "bk-grouped")
+    bad = [m for m in modes if m not in STEP_COST_MODES]
     if bad:
-        raise ConfigError(f"measure_step_cost: unknown modes {bad}: use {', '.join(GRAD_SAMPLE_MODES)}")
+        raise ConfigError(f"measure_step_cost: unknown modes {bad}: use {', '.join(STEP_COST_MODES)}")
     if spec_name not in BUILTIN_SPECS and spec_name != SMOLLM2_ARCH:
         raise ConfigError(f"measure_step_cost: unknown spec {spec_name!r}: use one of "
                           f"{', '.join([*BUILTIN_SPECS, SMOLLM2_ARCH])}")
@@ -869,8 +882,6 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
                 or sum(unit_sizes) != batch:
             raise ConfigError(f"measure_step_cost: unit_sizes must be positive integers summing to batch ({batch}), "
                               f"got {unit_sizes!r}")
-    dev = torch.device(device) if device is not None else torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    cuda = dev.type == "cuda"
     row_unit = None if unit_sizes is None else \
         torch.tensor([u for u, k in enumerate(unit_sizes) for _ in range(k)], device=dev)
     cfg = step_cost_config(spec_name, vocab)
@@ -892,7 +903,7 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
         try:
             if mode == "ghost" and row_unit is not None:
                 raise ConfigError("ghost clipping clips records, not units (dp_adapt refuses it with a unit)")
-            if mode in ("vmap", "bk"):
+            if mode in ("vmap", "bk", *BK_SCHEDULES):
                 if method == "prefix":
                     raise ConfigError(f"{mode} does not differentiate peft's prompt encoder")
                 vg = _own_dp_step(mode, m, opt, noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=batch,
@@ -970,21 +981,23 @@ def step_cost_table(results: list[dict]) -> str:
     if not results:
         return ""
     key = "wall" if results[0]["device"] != "cpu" else "cpu"
-    modes = [m for m in GRAD_SAMPLE_MODES if any(f"{m}_cpu_s" in r or f"{m}_error" in r for r in results)]
+    modes = [m for m in STEP_COST_MODES if any(f"{m}_cpu_s" in r or f"{m}_error" in r for r in results)]
     lines = [f"{results[0]['spec']} on {results[0]['device']}, {results[0]['threads']} thread(s), batch "
              f"{results[0]['batch']} x {results[0]['length']} tokens"
              + (f" in {results[0]['units']} units (unit-level DP)" if results[0].get("units") else "")
              + f", median of {results[0]['steps_timed']} steps "
-             f"({'wall' if key == 'wall' else 'process'} time); ratio = DP step / non-private step",
-             f"{'method':<8}{'nonprivate s':>14}" + "".join(f"{m:>11}" for m in modes)]
+             f"({'wall' if key == 'wall' else 'process'} time); ratio = DP step / non-private step"
+             + ("; bk is bk-grouped on CUDA and bk-per-layer elsewhere" if set(modes) & set(BK_SCHEDULES) else ""),
+             f"{'method':<8}{'nonprivate s':>14}" + "".join(f"{m:>13}" for m in modes)]
     for r in results:
-        cells = [f"{r[f'{m}_ratio_{key}']:>10.2f}x" if f"{m}_ratio_{key}" in r else f"{'n/a':>11}" for m in modes]
+        cells = [f"{r[f'{m}_ratio_{key}']:>12.2f}x" if f"{m}_ratio_{key}" in r else f"{'n/a':>13}" for m in modes]
         lines.append(f"{r['method']:<8}{r.get(f'nonprivate_{key}_s', float('nan')):>14.4f}" + "".join(cells))
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``PRIVBENCH_THREADS=1 python -m defenses.dp [SPEC] [METHOD|all] [--batch B] [--length T] [--steps S] [--json]``:
+    """``PRIVBENCH_THREADS=1 python -m defenses.dp [SPEC] [METHOD|all] [--batch B] [--length T] [--steps S]
+    [--modes M1,M2] [--json]``:
     the DP/non-DP step ratio of each grad-sample mode, in one run (docs/benchmarks.md, "DP-SGD step cost")."""
     import argparse
     import json
@@ -1001,6 +1014,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=12, help="steps per configuration, the first two warm-up (default 12)")
     ap.add_argument("--units", default=None, metavar="K1,K2,...",
                     help="records per unit, summing to --batch: time unit-level DP-SGD steps (default: record level)")
+    ap.add_argument("--modes", default=None, metavar="M1,M2,...",
+                    help=f"the modes to time, of {', '.join(STEP_COST_MODES)} (default: every grad-sample mode and "
+                         f"the bk layer schedule bk does not use on this device)")
     ap.add_argument("--json", action="store_true", help="print the measurements as JSON instead of a table")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("PRIVBENCH_THREADS", "1") or 1))
@@ -1011,8 +1027,9 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError:
             raise ConfigError(f"--units must be comma-separated integers (records per unit), got {args.units!r}") \
                 from None
+        modes = None if args.modes is None else tuple(m.strip() for m in args.modes.split(",") if m.strip())
         results = [measure_step_cost(args.spec, method=m, batch=args.batch, length=args.length, steps=args.steps,
-                                     unit_sizes=units) for m in chosen]
+                                     unit_sizes=units, modes=modes) for m in chosen]
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -19,6 +19,12 @@ Clipping (flat, c_i = min(1, C / (||g_i|| + 1e-6))), the noise N(0, (σC)²) dra
 optimizer's order, the division by the expected batch size and the accountant step are Opacus' DPOptimizer's,
 so the step equals the hooks mode's for the same batch and noise generator (tests/test_dp.py).
 
+Layers of one shape (a transformer's blocks) are grouped on a GPU: their activations and output gradients are
+stacked along the batch and each operation above runs once per group instead of once per layer, because a small
+model's step there is bound by kernel launches, not flops. Grouping sums the same terms in another order, so its
+results differ from the per-layer step's in the last bits; the per-layer step stays the CPU default, whose
+rounding the stored runs hold (``group_layers`` chooses; tests/test_dp.py holds the two equal to float tolerance).
+
 Only the layers a step needs are tracked: trainable parameters are switched to ``requires_grad=False`` for the
 pass, and the output of the first trainable layer on a path becomes the leaf of the backward, so with only
 the head trainable the frozen body runs without autograd, as in the non-private step. Supported trainable
@@ -90,12 +96,43 @@ def _sq_norms(per_record: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(per_record.reshape(per_record.shape[0], -1), dim=1).square()
 
 
+def _group_key(module: torch.nn.Module, a: torch.Tensor, g: torch.Tensor) -> tuple:
+    """Layers with equal keys run the same step operations on tensors of the same shapes, so one stacked call
+    serves them all: the module's kind, which of its parameters train, its LayerNorm settings and the shapes."""
+    trains = tuple(p is not None and p.requires_grad for p in (module.weight, module.bias))
+    dtypes = tuple(None if p is None else p.dtype for p in (module.weight, module.bias))
+    norm = (tuple(module.normalized_shape), module.eps) if isinstance(module, torch.nn.LayerNorm) else None
+    return type(module), norm, trains, dtypes, tuple(a.shape), tuple(g.shape), a.dtype, g.dtype
+
+
+def _per_layer(part: torch.Tensor, layers: int, n: int) -> torch.Tensor:
+    """A group's per-record squared norms (layers·n,), laid out layer after layer, summed over its layers: (n,)."""
+    return part if layers == 1 else part.view(layers, n).sum(0)
+
+
+def _weighted_sums(weights: torch.Tensor, x: torch.Tensor, layers: int) -> list[torch.Tensor]:
+    """Σ_r w_r x_r for each layer of a group whose rows are stacked layer after layer: x (layers·R, ...), w (R,)."""
+    if layers == 1:
+        return [torch.tensordot(weights, x, dims=1)]
+    flat = torch.matmul(weights, x.reshape(layers, weights.shape[0], -1))
+    return list(flat.view(layers, *x.shape[1:]).unbind(0))
+
+
+def _row_products(x: torch.Tensor, y: torch.Tensor, layers: int) -> list[torch.Tensor]:
+    """Σ_r x_rᵀ y_r for each layer of a group: x (layers·R, p), y (layers·R, q), rows stacked layer after layer."""
+    if layers == 1:
+        return [x.T @ y]
+    return list(torch.bmm(x.view(layers, -1, x.shape[-1]).mT, y.view(layers, -1, y.shape[-1])).unbind(0))
+
+
 class BookKeepingDP:
     """The optimizer-like object dp_train drives: ``backward(ids, mask)`` then ``step()`` (as ``_VmapDP``)."""
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, noise_multiplier: float,
                  max_grad_norm: float, expected_batch_size: float, generator: torch.Generator | None,
-                 accountant=None, sample_rate: float = 1.0, loss_fn) -> None:
+                 accountant=None, sample_rate: float = 1.0, loss_fn, group_layers: bool | None = None) -> None:
+        """``group_layers``: stack layers of one shape and run each step operation once per group (fewer kernel
+        launches, another summation order); None groups on CUDA and steps layer by layer elsewhere."""
         self.loss_fn = loss_fn  # (logits, ids, mask) -> one loss per record (defenses.dp.record_losses)
         self.model, self.optimizer = model, optimizer
         self.sigma, self.clip, self.expected = float(noise_multiplier), float(max_grad_norm), float(expected_batch_size)
@@ -108,6 +145,9 @@ class BookKeepingDP:
                               "trainable ones")
         self._book: dict[str, list] = {}
         self._pending: tuple | None = None
+        if group_layers is None:
+            group_layers = bool(self.params) and self.params[0].device.type == "cuda"
+        self.group_layers = bool(group_layers)
 
     @property
     def param_groups(self):
@@ -175,63 +215,99 @@ class BookKeepingDP:
             return xs[0], gs[0]
         return torch.cat(xs, 1), torch.cat(gs, 1)
 
+    def _groups(self) -> list[tuple[list[torch.nn.Module], torch.Tensor, torch.Tensor]]:
+        """The tracked layers with a book as (modules, activations, output gradients), float32, in module order:
+        one layer each, or with ``group_layers`` the layers of one key stacked along the batch, layer after layer.
+        The book is emptied as it is read and a group's parts are let go once stacked, so stacking holds the
+        book's memory plus one group's copy at most."""
+        found: dict[object, list] = {}
+        for name, module in self.modules.items():
+            if module is self.emb:
+                continue
+            a, g = self._entries(name)
+            self._book.pop(name, None)
+            if a is None:
+                continue
+            key = _group_key(module, a, g) if self.group_layers else name
+            found.setdefault(key, []).append((module, a, g))
+        out = []
+        for members in found.values():
+            mods = [m for m, _, _ in members]
+            if len(members) == 1:
+                a, g = members[0][1], members[0][2]
+            else:
+                a, g = torch.cat([x for _, x, _ in members]), torch.cat([y for _, _, y in members])
+            members.clear()
+            out.append((mods, _cast(a, torch.float32), _cast(g, torch.float32)))
+        return out
+
     @torch.no_grad()
     def step(self) -> None:
         sums: dict[int, torch.Tensor] = {}
         if self._pending is not None:
             ids, g_emb, row_unit = self._pending
             n = ids.shape[0] if row_unit is None else unit_count(row_unit)
-            # unit-level: per-row tensors summed per unit (identity per record); book entries stay per row
-            by_unit = (lambda x: x) if row_unit is None else (lambda x: sum_rows_by_unit(x, row_unit, n))  # noqa: E731
             unit_rows = None if row_unit is None else int(torch.bincount(row_unit).max())  # once a step, not a layer
+            stacked: dict[int, tuple] = {}  # per group size k: (row_unit, units) of k layers' rows stacked
+
+            def units_of(k: int) -> tuple[torch.Tensor | None, int]:
+                if k not in stacked:  # layer l's rows belong to units l·n .. l·n + n − 1
+                    offsets = None if row_unit is None else \
+                        (row_unit[None, :] + n * torch.arange(k, device=row_unit.device)[:, None]).reshape(-1)
+                    stacked[k] = (offsets, n * k)
+                return stacked[k]
+
             norm2 = torch.zeros(n, dtype=torch.float32, device=ids.device)
-            layers = []
-            for name, module in self.modules.items():
-                if module is self.emb:
-                    continue
-                a, g = self._entries(name)
-                if a is None:
-                    continue
-                a, g = _cast(a, torch.float32), _cast(g, torch.float32)
+            groups = []
+            for mods, a, g in self._groups():
+                module, k = mods[0], len(mods)
+                unit_k, n_k = units_of(k) if k > 1 else (row_unit, n)
+                # unit-level: per-row tensors summed per unit (identity per record); book entries stay per row
+                by_unit = (lambda x: x) if unit_k is None else (lambda x, u=unit_k, m=n_k: sum_rows_by_unit(x, u, m))
                 per_record = None  # per-record (per-unit) weight gradients, where forming them is the cheaper way
                 if isinstance(module, torch.nn.LayerNorm):
                     a = F.layer_norm(a, module.normalized_shape, eps=module.eps)  # x̂: the weight's input
                     if module.weight is not None and module.weight.requires_grad:
                         per_record = by_unit((g * a).sum(1))
-                        norm2 += _sq_norms(per_record)
+                        norm2 += _per_layer(_sq_norms(per_record), k, n)
                 elif module.weight.requires_grad:
-                    if _ghost_is_cheaper(a, g, unit_rows, n):
-                        if row_unit is not None:  # each unit's tokens along one axis: its norm over all of them
-                            a_u, g_u = regroup_tokens(a, row_unit, n), regroup_tokens(g, row_unit, n)
+                    if _ghost_is_cheaper(a, g, unit_rows, n_k):
+                        if unit_k is not None:  # each unit's tokens along one axis: its norm over all of them
+                            a_u, g_u = regroup_tokens(a, unit_k, n_k), regroup_tokens(g, unit_k, n_k)
                         else:
                             a_u, g_u = a, g
-                        norm2 += (torch.bmm(a_u, a_u.transpose(1, 2)) * torch.bmm(g_u, g_u.transpose(1, 2))).sum((1, 2))
+                        ghost = (torch.bmm(a_u, a_u.transpose(1, 2)) * torch.bmm(g_u, g_u.transpose(1, 2))).sum((1, 2))
+                        norm2 += _per_layer(ghost, k, n)
                     else:
                         per_record = by_unit(torch.bmm(g.transpose(1, 2), a))
-                        norm2 += _sq_norms(per_record)
+                        norm2 += _per_layer(_sq_norms(per_record), k, n)
                 g_bias = None  # each row's bias gradient: its output gradients summed over positions
                 if module.bias is not None and module.bias.requires_grad:
                     g_bias = g.sum(1)
-                    norm2 += _sq_norms(by_unit(g_bias))
-                layers.append((module, a, g, per_record, g_bias))
+                    norm2 += _per_layer(_sq_norms(by_unit(g_bias)), k, n)
+                groups.append((mods, a, g, per_record, g_bias))
             if g_emb is not None:
                 norm2 += embedding_sq_norms(ids, g_emb, row_unit, n)
             coef = (self.clip / (norm2.sqrt() + 1e-6)).clamp(max=1.0)
             row_coef = coef if row_unit is None else coef[row_unit.to(coef.device)]  # a row is clipped as its unit
-            for module, a, g, per_record, g_bias in layers:
-                w = module.weight
+            row_scale = row_coef[:, None, None]
+            for mods, a, g, per_record, g_bias in groups:
+                k, w = len(mods), mods[0].weight
                 if w is not None and w.requires_grad:
                     if per_record is not None:  # already formed: a weighted sum over records (units)
-                        sums[id(w)] = _cast(torch.tensordot(coef, per_record, dims=1), w.dtype)
+                        got = _weighted_sums(coef, per_record, k)
                     else:  # (c ∘ g)ᵀ a: the non-private weight gradient's product, records weighted
-                        flat = (g * row_coef[:, None, None]).reshape(-1, g.shape[-1])
-                        sums[id(w)] = _cast(flat.T @ a.reshape(-1, a.shape[-1]), w.dtype)
+                        scale = row_scale if k == 1 else row_scale.repeat(k, 1, 1)
+                        got = _row_products((g * scale).reshape(-1, g.shape[-1]), a.reshape(-1, a.shape[-1]), k)
+                    for m, s in zip(mods, got):
+                        sums[id(m.weight)] = _cast(s, w.dtype)
                 if g_bias is not None:
-                    sums[id(module.bias)] = _cast(torch.tensordot(row_coef, g_bias, dims=1), module.bias.dtype)
+                    for m, s in zip(mods, _weighted_sums(row_coef, g_bias, k)):
+                        sums[id(m.bias)] = _cast(s, m.bias.dtype)
             if g_emb is not None:
                 w = self.emb.weight
                 sums[id(w)] = torch.zeros_like(w).index_add_(
-                    0, ids.reshape(-1), _cast((row_coef[:, None, None] * g_emb).reshape(-1, w.shape[1]), w.dtype))
+                    0, ids.reshape(-1), _cast((row_scale * g_emb).reshape(-1, w.shape[1]), w.dtype))
         # Opacus' DPOptimizer: noise per parameter in the optimizer's order, drawn one parameter at a time (the
         # generator's stream), then (clipped sum + noise) / expected batch size; the sums and divisions run as
         # multi-tensor (foreach) kernels, so a GPU step launches two kernels here instead of two per parameter

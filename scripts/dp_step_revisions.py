@@ -16,12 +16,13 @@ record and unit level; the ghost-norm and the formed-gradient paths) and says wh
 bit for bit the same: a speed change that keeps it so moves no stored result.
 
 ``--count-ops`` counts, on the CPU, the top-level operations one optimizer step dispatches (torch.profiler; AdamW
-with ``foreach``, as on a GPU), non-private and book-keeping with each revision: on a GPU where a small model's
-step is bound by kernel launches, the ratio of these counts is what a change of the step's host side can move.
+with ``foreach``, as on a GPU), non-private and book-keeping with each revision, and this checkout's step with
+its layers grouped (what ``bk`` runs on CUDA): on a GPU where a small model's step is bound by kernel launches,
+the ratio of these counts is what a change of the step's host side can move.
 
 Prints one line per (spec, method, batch): the median over rounds of each revision's DP/non-DP ratio (wall time
 on CUDA, process time on CPU, as ``python -m defenses.dp``, and like it on ``PRIVBENCH_THREADS`` torch threads,
-default 1).
+default 1). Each revision runs its ``bk`` as that device's default: this checkout groups layers on CUDA only.
 """
 
 from __future__ import annotations
@@ -102,9 +103,10 @@ def identical(other, methods: tuple[str, ...] = ("full", "lora", "head")) -> boo
     return every
 
 
-def count_ops(module, spec_name: str, method: str, length: int = 128) -> tuple[int, int]:
+def count_ops(module, spec_name: str, method: str, length: int = 128, **bk_kw) -> tuple[int, int]:
     """(non-private, book-keeping) top-level aten operations of one optimizer step on 2 records of ``length``
-    tokens, with ``module`` as the book-keeping implementation; the model as ``measure_step_cost`` builds it."""
+    tokens, with ``module`` as the book-keeping implementation (``bk_kw`` to its constructor); the model as
+    ``measure_step_cost`` builds it."""
     from torch.profiler import ProfilerActivity, profile
 
     cfg = step_cost_config(spec_name)
@@ -116,7 +118,7 @@ def count_ops(module, spec_name: str, method: str, length: int = 128) -> tuple[i
     dp = module.BookKeepingDP(private, torch.optim.AdamW([p for p in private.parameters() if p.requires_grad],
                                                          lr=1e-4, foreach=True),
                               noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=2, generator=None,
-                              loss_fn=record_losses)
+                              loss_fn=record_losses, **bk_kw)
 
     def nonprivate_step() -> None:
         record_losses(plain(input_ids=ids, attention_mask=mask).logits, ids, mask).mean().backward()
@@ -162,13 +164,15 @@ def main(argv: list[str] | None = None) -> int:
         print("every step bit-identical" if ok else "the revisions differ")
         return 0 if ok else 1
     if args.count_ops:
-        print(f"{'spec':<7}{'method':<7}{'nonprivate ops':>16}{'other bk':>18}{'this bk':>18}")
+        print(f"{'spec':<7}{'method':<7}{'nonprivate ops':>16}{'other bk':>18}{'this bk':>18}"
+              f"{'this, grouped':>18}")
         for spec in args.specs.split(","):
             for method in args.methods.split(","):
                 base, theirs = count_ops(other, spec, method, args.length)
-                _, ours = count_ops(current, spec, method, args.length)
-                print(f"{spec:<7}{method:<7}{base:>16}{theirs:>11} ({theirs / base:.2f}x){ours:>11} "
-                      f"({ours / base:.2f}x)", flush=True)
+                _, ours = count_ops(current, spec, method, args.length, group_layers=False)
+                _, grouped = count_ops(current, spec, method, args.length, group_layers=True)
+                print(f"{spec:<7}{method:<7}{base:>16}" + "".join(f"{c:>11} ({c / base:.2f}x)" for c in
+                                                                 (theirs, ours, grouped)), flush=True)
         return 0
     rows = []
     print(f"{'spec':<7}{'method':<7}{'batch':>6}{'nonprivate s':>14}{'other bk':>10}{'this bk':>10}")

@@ -5,7 +5,8 @@
 #   1. the machine and the versions;
 #   2. the book-keeping DP-SGD step against another revision's in one process (scripts/dp_step_revisions.py),
 #      when OLD_BK names that revision's defenses/dp_bookkeeping.py;
-#   3. every grad-sample mode's DP/non-DP step ratio per method (python -m defenses.dp SPEC all), nano and micro;
+#   3. every grad-sample mode's DP/non-DP step ratio per method (python -m defenses.dp SPEC all), nano and micro,
+#      bk (its layers grouped on CUDA) beside bk-per-layer; then SmolLM2-135M's architecture with LoRA;
 #   4. scoring against a bare forward pass (scripts/gpu_benchmark.py), eager and compiled statistics, bf16;
 #   5. the SUITE cold (empty cache) and warm (same cache, new database);
 #   6. the SUITE rescored with bf16 autocast and compiled statistics from the same cache, and its rank agreement
@@ -41,10 +42,10 @@ stage() {  # stage NAME LIMIT_S COMMAND...: run, log its wall time and exit stat
 }
 
 if [ "${DRY_RUN:-0}" = "1" ]; then
-  DP_ARGS=(--batch 4 --length 32 --steps 4); REV_ARGS=(--specs nano --methods full --batches 4 --length 32 --steps 4 --rounds 1)
+  DP_ARGS=(--batch 4 --length 32 --steps 4); SMOL_ARGS=(--batch 1 --length 8 --steps 3); REV_ARGS=(--specs nano --methods full --batches 4 --length 32 --steps 4 --rounds 1)
   GPU_ARGS=(--preset tiny --n-texts 64 --seq-len 128)
 else
-  DP_ARGS=(); REV_ARGS=(--specs nano,micro --methods full,lora,head --batches 16,64 --rounds 1)
+  DP_ARGS=(); SMOL_ARGS=(--batch 8 --length 128 --steps 8); REV_ARGS=(--specs nano,micro --methods full,lora,head --batches 16,64 --rounds 1)
   GPU_ARGS=(--preset 100m --bf16)
 fi
 
@@ -60,6 +61,7 @@ fi
 for spec in nano micro; do
   stage "dp_$spec" 90 "$PY" -m defenses.dp "$spec" all "${DP_ARGS[@]}"
 done
+stage dp_smollm2_lora 90 "$PY" -m defenses.dp smollm2-135m-arch lora --modes hooks,bk,bk-per-layer "${SMOL_ARGS[@]}"
 stage scoring_eager 90 "$PY" scripts/gpu_benchmark.py "${GPU_ARGS[@]}"
 PRIVBENCH_COMPILE=1 stage scoring_compiled 120 "$PY" scripts/gpu_benchmark.py "${GPU_ARGS[@]}"
 

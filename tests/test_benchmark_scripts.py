@@ -97,7 +97,8 @@ def test_dp_step_revisions_times_and_counts_both_revisions_and_refuses_a_missing
     assert proc.stdout.splitlines()[-1].split()[:3] == ["nano", "lora", "2"]
     proc = _revisions(str(same), "--count-ops", "--specs", "nano", "--methods", "head", "--length", "16")
     assert proc.returncode == 0, proc.stderr
-    spec, method, base, theirs, _, ours, _ = proc.stdout.splitlines()[-1].split()
+    spec, method, base, theirs, _, ours, _, grouped, _ = proc.stdout.splitlines()[-1].split()
     assert (spec, method) == ("nano", "head") and int(base) > 100 and theirs == ours  # one code, one count
+    assert int(grouped) <= int(ours)  # the head is one layer: nothing to group, no more operations
     proc = _revisions(str(tmp_path / "absent.py"))
     assert proc.returncode == 2 and "git show REV:defenses/dp_bookkeeping.py" in proc.stderr

@@ -549,6 +549,100 @@ def test_bookkeeping_step_assembles_gradients_in_multi_tensor_kernels():
     assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in params)
 
 
+def _bk_step_ops(layers: int, group: bool, length: int) -> tuple[int, int]:
+    """(top-level operations of one book-keeping step, trainable parameters) of a GPT-NeoX of ``layers`` blocks."""
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import GPTNeoXConfig, GPTNeoXForCausalLM
+
+    from defenses.dp_bookkeeping import BookKeepingDP
+
+    torch.manual_seed(0)
+    model = GPTNeoXForCausalLM(GPTNeoXConfig(vocab_size=64, hidden_size=16, num_hidden_layers=layers,
+                                             num_attention_heads=2, intermediate_size=32,
+                                             tie_word_embeddings=False)).train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    dp = BookKeepingDP(model, torch.optim.SGD(params, lr=0.1, foreach=True), noise_multiplier=1.0, max_grad_norm=1.0,
+                       expected_batch_size=4, generator=torch.Generator().manual_seed(0), loss_fn=record_losses,
+                       group_layers=group)
+    ids = torch.randint(0, 64, (4, length), generator=torch.Generator().manual_seed(1))
+    dp.backward(ids, torch.ones_like(ids))
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        dp.step()
+    top = Counter(e.name for e in prof.events()
+                  if e.name.startswith("aten::") and (e.cpu_parent is None or not e.cpu_parent.name.startswith("aten::")))
+    assert all(torch.isfinite(p.grad).all() for p in params)
+    return sum(top.values()), len(params)
+
+
+@pytest.mark.parametrize("length", [4, 12])  # 4 tokens: ghost norms for every Linear; 12: formed gradients
+def test_bookkeeping_grouped_step_grows_with_depth_only_by_the_noise_draws(length):
+    """On a GPU a small model's DP step is bound by kernel launches, so book-keeping there stacks the layers of
+    one shape and runs each norm and clipped-sum operation once per group: two more blocks add only their
+    parameters' noise draws (Opacus' generator stream, one per parameter) to the step, where the per-layer step
+    adds several operations per parameter."""
+    (shallow, p_shallow), (deep, p_deep) = _bk_step_ops(2, True, length), _bk_step_ops(4, True, length)
+    assert deep - shallow == p_deep - p_shallow > 0
+    (shallow, _), (deep, _) = _bk_step_ops(2, False, length), _bk_step_ops(4, False, length)
+    assert deep - shallow > 5 * (p_deep - p_shallow)
+
+
+@pytest.mark.parametrize("method", ["full", "lora", "head"])
+@pytest.mark.parametrize("units", [None, [1, 3, 2, 1, 1]])
+@pytest.mark.parametrize("length", [8, 48])  # hidden size 64: ghost norms at 8 tokens, formed gradients at 48
+def test_bookkeeping_grouped_step_equals_the_per_layer_step(method, units, length):
+    """Grouping layers changes only the order of the sums: from the same model, batches and noise generator the
+    grouped and per-layer steps give the same noisy gradients and weights over three steps (float32 rounding),
+    at record and unit level, on the ghost-norm and the formed-gradient paths; with the groups taken apart
+    (``group_layers`` False, the CPU default) the step is the one the stored runs were trained with."""
+    from transformers import GPTNeoXConfig
+
+    from defenses.dp import step_cost_model
+    from defenses.dp_bookkeeping import BookKeepingDP
+
+    cfg = GPTNeoXConfig(vocab_size=512, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
+                        intermediate_size=256, max_position_embeddings=64, rotary_pct=0.25,
+                        use_parallel_residual=True, tie_word_embeddings=False)
+    row_unit = None if units is None else torch.tensor([u for u, k in enumerate(units) for _ in range(k)])
+
+    def train(group: bool):
+        model = step_cost_model(cfg, method)
+        opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-3)
+        dp = BookKeepingDP(model, opt, noise_multiplier=0.7, max_grad_norm=0.5, expected_batch_size=8,
+                           generator=torch.Generator().manual_seed(3), loss_fn=record_losses, group_layers=group)
+        assert dp.group_layers is group
+        data, grads = torch.Generator().manual_seed(1), []
+        for _ in range(3):
+            ids = torch.randint(0, 512, (8, length), generator=data)
+            mask = torch.ones_like(ids)
+            mask[0, length // 2:] = 0
+            dp.backward(ids, mask) if row_unit is None else dp.backward(ids, mask, row_unit)
+            dp.step()
+            grads.append([p.grad.clone() for p in dp.params])
+            dp.zero_grad()
+        return grads, [p.detach().clone() for p in model.parameters()]
+
+    (g_each, w_each), (g_grouped, w_grouped) = train(False), train(True)
+    for step_each, step_grouped in zip(g_each, g_grouped):
+        for a, b in zip(step_each, step_grouped):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-6 * float(a.abs().max())), (method, units, length)
+    for a, b in zip(w_each, w_grouped):
+        assert torch.allclose(a, b, rtol=1e-5, atol=1e-6)
+    if method == "full":  # the full model's blocks are grouped: the two orders of summation really differ
+        assert any(not torch.equal(a, b) for s_a, s_b in zip(g_each, g_grouped) for a, b in zip(s_a, s_b))
+
+
+def test_bookkeeping_groups_layers_on_cuda_only_by_default():
+    """The per-layer step is the CPU default: its rounding is the one the stored CPU runs hold."""
+    from defenses.dp_bookkeeping import BookKeepingDP
+
+    lin = torch.nn.Linear(4, 4)
+    dp = BookKeepingDP(lin, torch.optim.SGD(lin.parameters(), lr=0.1), noise_multiplier=1.0, max_grad_norm=1.0,
+                       expected_batch_size=2, generator=None, loss_fn=record_losses)
+    assert dp.group_layers is False
+
+
 def test_step_cost_command_takes_batch_length_and_steps_and_refuses_bad_values(capsys):
     """`python -m defenses.dp` measures at the batch the user names (on a GPU, small batches are launch-bound), and
     a bad value stops with an error naming it, before any model is built."""
