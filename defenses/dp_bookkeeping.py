@@ -248,7 +248,7 @@ class BookKeepingDP:
             ids, g_emb, row_unit = self._pending
             n = ids.shape[0] if row_unit is None else unit_count(row_unit)
             unit_rows = None if row_unit is None else int(torch.bincount(row_unit).max())  # once a step, not a layer
-            stacked: dict[int, tuple] = {}  # per group size k: (row_unit, units) of k layers' rows stacked
+            stacked: dict[int, tuple] = {1: (row_unit, n)}  # per group size k: (row units, units) of k layers
 
             def units_of(k: int) -> tuple[torch.Tensor | None, int]:
                 if k not in stacked:  # layer l's rows belong to units l·n .. l·n + n − 1
@@ -261,7 +261,7 @@ class BookKeepingDP:
             groups = []
             for mods, a, g in self._groups():
                 module, k = mods[0], len(mods)
-                unit_k, n_k = units_of(k) if k > 1 else (row_unit, n)
+                unit_k, n_k = units_of(k)
                 # unit-level: per-row tensors summed per unit (identity per record); book entries stay per row
                 by_unit = (lambda x: x) if unit_k is None else (lambda x, u=unit_k, m=n_k: sum_rows_by_unit(x, u, m))
                 per_record = None  # per-record (per-unit) weight gradients, where forming them is the cheaper way
