@@ -644,7 +644,7 @@ LIBRARY_WARNINGS = ((r"`is_gradient_checkpointing` is deprecated", FutureWarning
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one-line errors and non-zero exit codes for everything a user can get wrong."""
-    from bench.device import tune_allocator
+    from bench.allocator import tune_allocator
     tune_allocator()
     for message, category in LIBRARY_WARNINGS:
         warnings.filterwarnings("ignore", message=message, category=category)

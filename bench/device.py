@@ -21,30 +21,6 @@ def set_threads() -> None:
     torch.set_num_threads(n)
 
 
-_ALLOCATOR_TUNED = False
-
-
-def tune_allocator() -> bool:
-    """Keep freed tensor memory in glibc's heap instead of returning it to the OS after each batch.
-
-    Large activations (batch × length × vocab log-probs) are otherwise mmap'd and
-    unmapped every step; the page faults cost about a third of CPU training and
-    scoring time on small models (measured in docs/benchmarks.md). No-op off glibc.
-    """
-    global _ALLOCATOR_TUNED
-    if _ALLOCATOR_TUNED:
-        return True
-    try:
-        import ctypes
-        libc = ctypes.CDLL("libc.so.6")
-        m_trim_threshold, m_mmap_max = -1, -4
-        ok = libc.mallopt(m_mmap_max, 0) == 1 and libc.mallopt(m_trim_threshold, 1 << 30) == 1
-    except (OSError, AttributeError):
-        return False
-    _ALLOCATOR_TUNED = ok
-    return ok
-
-
 def bf16_supported(device: torch.device) -> bool:
     """bf16 autocast is worth it (and numerically sane) on CUDA GPUs with native bf16 (Ampere and later)."""
     return device.type == "cuda" and torch.cuda.is_available() and torch.cuda.is_bf16_supported()

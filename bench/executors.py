@@ -41,7 +41,8 @@ def _worker_runner(raw: dict, path: str | None, cache_root: str | None, quiet: b
     ``cache_root`` None (an artifact store at ``store_url``): the node's own cache directory, from its
     environment (``PRIVBENCH_CACHE`` as the node was started with, else ``~/.cache/privbench``)."""
     from bench.cache import ArtifactCache
-    from bench.device import configure_determinism, set_threads, tune_allocator
+    from bench.allocator import tune_allocator
+    from bench.device import configure_determinism, set_threads
     from bench.hashing import content_hash
     from bench.suite import parse_suite
     key = (content_hash(raw), path, cache_root, draw_secret, store_url)

@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
+from bench.allocator import tune_allocator
 from bench.cache import ArtifactCache
-from bench.device import configure_determinism, select_device, set_threads, tune_allocator
+from bench.device import configure_determinism, select_device, set_threads
 from bench.errors import PrivbenchError
 from bench.hashing import code_version, content_hash
 from bench.jobs import JobResult, run_job

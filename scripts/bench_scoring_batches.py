@@ -47,7 +47,8 @@ def main() -> None:
     a = ap.parse_args()
 
     import bench.lm as lm_module
-    from bench.device import set_threads, tune_allocator
+    from bench.allocator import tune_allocator
+    from bench.device import set_threads
     from bench.modeling import load_model
     set_threads()
     tune_allocator()

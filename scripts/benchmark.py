@@ -25,9 +25,10 @@ from pathlib import Path
 
 import torch
 
+from bench.allocator import tune_allocator
 from bench.cache import ArtifactCache
 from bench.defense import TrainContext
-from bench.device import set_threads, tune_allocator
+from bench.device import set_threads
 from bench.lm import HFLanguageModel, right_padded
 from bench.logit_stats import compile_enabled
 from bench.modeling import BUILTIN_SPECS, build_scratch_model

@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--thread-layouts", action="store_true")
     a = ap.parse_args()
 
-    from bench.device import tune_allocator
+    from bench.allocator import tune_allocator
     from bench.lm import GREEDY_TIE_MARGIN
     from greedy_probe import agreement, greedy, load_probe
 

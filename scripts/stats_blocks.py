@@ -23,7 +23,8 @@ def main() -> None:
     a = ap.parse_args()
 
     import bench.logit_stats as ls
-    from bench.device import set_threads, tune_allocator
+    from bench.allocator import tune_allocator
+    from bench.device import set_threads
     set_threads()
     tune_allocator()
     default = ls.BLOCK_ELEMENTS

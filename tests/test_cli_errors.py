@@ -217,3 +217,23 @@ def test_list_errors(cwd, capsys):
     assert_one_line_error(rc, err, "widgets")
     rc, _, err = call(capsys, "list", "attacks", "--format", "xml")
     assert_one_line_error(rc, err, "xml")
+
+
+def test_help_and_show_answer_without_importing_torch(tmp_path):
+    """`privbench --help` and `privbench show` read no model, so they must not pay torch's import (seconds on
+    these machines): the allocator tuning every command starts with lives in a module without torch."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    db = tmp_path / "smoke.db"
+    shutil.copy(Path(__file__).parent / "baselines" / "smoke.db", db)
+    probe = ("import contextlib, io, sys; from bench.cli import main\n"
+             "with contextlib.redirect_stdout(io.StringIO()) as helped: rcs = [main(['--help'])]\n"
+             "rcs.append(main(['show', '--db', sys.argv[1], '--format', 'json']))\n"
+             "print(rcs, 'Usage' in helped.getvalue(), 'torch' in sys.modules, file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", probe, f"sqlite:///{db}"], capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert proc.stderr.strip().splitlines()[-1] == "[0, 0] True False", proc.stderr[-2000:]
+    assert json.loads(proc.stdout)  # show printed the stored rows
