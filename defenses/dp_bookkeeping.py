@@ -218,8 +218,10 @@ class BookKeepingDP:
     def _groups(self) -> list[tuple[list[torch.nn.Module], torch.Tensor, torch.Tensor]]:
         """The tracked layers with a book as (modules, activations, output gradients), float32, in module order:
         one layer each, or with ``group_layers`` the layers of one key stacked along the batch, layer after layer.
-        The book is emptied as it is read and a group's parts are let go once stacked, so stacking holds the
-        book's memory plus one group's copy at most."""
+        The book is emptied as it is read and a group's parts are let go once stacked, so the stacked copies
+        take the book's place; layers that read one tensor (a block's two LayerNorms, LoRA's A matrices of q, k
+        and v) get a copy each, so the step holds up to a few times the book where the per-layer step holds it
+        once (GPU memory: the activations the backward pass held are freed by then)."""
         found: dict[object, list] = {}
         for name, module in self.modules.items():
             if module is self.emb:
