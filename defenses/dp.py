@@ -837,7 +837,7 @@ def step_cost_model(cfg, method: str, seed: int = 0) -> torch.nn.Module:
 def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int = 128, steps: int = 12,
                       modes: tuple[str, ...] | None = None, method: str = "full", vocab: int = 8192,
                       seed: int = 0, device: str | torch.device | None = None,
-                      unit_sizes: Sequence[int] | None = None) -> dict:
+                      unit_sizes: Sequence[int] | None = None, autocast_bf16: bool = False) -> dict:
     """Seconds per optimizer step, non-private vs DP-SGD per ``modes``, on a random-init model of ``spec_name``.
 
     ``unit_sizes`` (records per unit, summing to ``batch``) times unit-level DP-SGD steps instead: each unit's
@@ -853,6 +853,11 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
 
     ``modes`` defaults to every grad-sample mode and the bk layer schedule that ``bk`` does not use on this
     device (:data:`BK_SCHEDULES`: ``bk`` groups layers on CUDA only), so one run shows both.
+
+    ``autocast_bf16`` runs the non-private and the book-keeping forward passes under bf16 autocast, as the
+    non-private anchors train (book-keeping then takes its norms and clipped sums in fp32 from bf16 activations);
+    the other modes are reported as errors. DP training itself stays fp32: docs/benchmarks.md, "bf16 autocast
+    for DP-SGD", says why.
     """
     import statistics
 
@@ -903,11 +908,14 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
         try:
             if mode == "ghost" and row_unit is not None:
                 raise ConfigError("ghost clipping clips records, not units (dp_adapt refuses it with a unit)")
+            if autocast_bf16 and mode not in ("bk", *BK_SCHEDULES):
+                raise ConfigError("bf16 autocast is timed for book-keeping alone (Opacus' samplers would form bf16 "
+                                  "per-record gradients)")
             if mode in ("vmap", "bk", *BK_SCHEDULES):
                 if method == "prefix":
                     raise ConfigError(f"{mode} does not differentiate peft's prompt encoder")
                 vg = _own_dp_step(mode, m, opt, noise_multiplier=1.0, max_grad_norm=0.1, expected_batch_size=batch,
-                                  generator=None)
+                                  generator=None, **({"autocast_bf16": True} if autocast_bf16 else {}))
                 runs[mode] = (m, vg, vg, None)
                 continue
             loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(batch * 4, 1)),
@@ -942,7 +950,8 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
                 elif crit is not None:
                     crit(m(input_ids=ids, attention_mask=mask).logits, ids, mask).backward()
                 else:
-                    losses = record_losses(m(input_ids=ids, attention_mask=mask).logits, ids, mask)
+                    with torch.autocast(dev.type, dtype=torch.bfloat16, enabled=autocast_bf16):
+                        losses = record_losses(m(input_ids=ids, attention_mask=mask).logits, ids, mask)
                     (losses * unit_weights(row_unit) if unit_level else losses).mean().backward()
                     if unit_level:  # as dp_train: Opacus then clips each unit's summed gradient
                         for p in m.parameters():
@@ -962,7 +971,7 @@ def measure_step_cost(spec_name: str = "nano", *, batch: int = 16, length: int =
     out: dict[str, Any] = {"spec": spec_name, "method": method, "batch": batch, "length": length,
                            "device": torch.cuda.get_device_name(dev) if cuda else "cpu",
                            "threads": torch.get_num_threads(), "steps_timed": steps - 2,
-                           "units": None if unit_sizes is None else len(unit_sizes)}
+                           "units": None if unit_sizes is None else len(unit_sizes), "autocast_bf16": autocast_bf16}
     for name in ["nonprivate", *modes]:
         if name in errors:
             out[f"{name}_error"] = errors[name]
@@ -985,6 +994,7 @@ def step_cost_table(results: list[dict]) -> str:
     lines = [f"{results[0]['spec']} on {results[0]['device']}, {results[0]['threads']} thread(s), batch "
              f"{results[0]['batch']} x {results[0]['length']} tokens"
              + (f" in {results[0]['units']} units (unit-level DP)" if results[0].get("units") else "")
+             + (", bf16 autocast" if results[0].get("autocast_bf16") else "")
              + f", median of {results[0]['steps_timed']} steps "
              f"({'wall' if key == 'wall' else 'process'} time); ratio = DP step / non-private step"
              + ("; bk is bk-grouped on CUDA and bk-per-layer elsewhere" if set(modes) & set(BK_SCHEDULES) else ""),
@@ -997,7 +1007,7 @@ def step_cost_table(results: list[dict]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``PRIVBENCH_THREADS=1 python -m defenses.dp [SPEC] [METHOD|all] [--batch B] [--length T] [--steps S]
-    [--modes M1,M2] [--json]``:
+    [--modes M1,M2] [--bf16] [--json]``:
     the DP/non-DP step ratio of each grad-sample mode, in one run (docs/benchmarks.md, "DP-SGD step cost")."""
     import argparse
     import json
@@ -1017,6 +1027,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=None, metavar="M1,M2,...",
                     help=f"the modes to time, of {', '.join(STEP_COST_MODES)} (default: every grad-sample mode and "
                          f"the bk layer schedule bk does not use on this device)")
+    ap.add_argument("--bf16", action="store_true", help="the non-private and book-keeping steps under bf16 autocast, as "
+                                                        "the non-private anchors train")
     ap.add_argument("--json", action="store_true", help="print the measurements as JSON instead of a table")
     args = ap.parse_args(argv)
     torch.set_num_threads(int(os.environ.get("PRIVBENCH_THREADS", "1") or 1))
@@ -1029,7 +1041,7 @@ def main(argv: list[str] | None = None) -> int:
                 from None
         modes = None if args.modes is None else tuple(m.strip() for m in args.modes.split(",") if m.strip())
         results = [measure_step_cost(args.spec, method=m, batch=args.batch, length=args.length, steps=args.steps,
-                                     unit_sizes=units, modes=modes) for m in chosen]
+                                     unit_sizes=units, modes=modes, autocast_bf16=args.bf16) for m in chosen]
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -130,9 +130,12 @@ class BookKeepingDP:
 
     def __init__(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, noise_multiplier: float,
                  max_grad_norm: float, expected_batch_size: float, generator: torch.Generator | None,
-                 accountant=None, sample_rate: float = 1.0, loss_fn, group_layers: bool | None = None) -> None:
+                 accountant=None, sample_rate: float = 1.0, loss_fn, group_layers: bool | None = None,
+                 autocast_bf16: bool = False) -> None:
         """``group_layers``: stack layers of one shape and run each step operation once per group (fewer kernel
-        launches, another summation order); None groups on CUDA and steps layer by layer elsewhere."""
+        launches, another summation order); None groups on CUDA and steps layer by layer elsewhere.
+        ``autocast_bf16``: the forward pass under bf16 autocast; the book's entries are then bf16 and the step
+        takes the norms and clipped sums from them in fp32."""
         self.loss_fn = loss_fn  # (logits, ids, mask) -> one loss per record (defenses.dp.record_losses)
         self.model, self.optimizer = model, optimizer
         self.sigma, self.clip, self.expected = float(noise_multiplier), float(max_grad_norm), float(expected_batch_size)
@@ -148,6 +151,7 @@ class BookKeepingDP:
         if group_layers is None:
             group_layers = bool(self.params) and self.params[0].device.type == "cuda"
         self.group_layers = bool(group_layers)
+        self.autocast_bf16 = bool(autocast_bf16)
 
     @property
     def param_groups(self):
@@ -176,13 +180,14 @@ class BookKeepingDP:
             p.requires_grad_(False)
         try:
             with torch.enable_grad():
-                if self.emb is not None:
-                    embeds = self.emb(ids).detach().requires_grad_(True)
-                    logits = self.model(inputs_embeds=embeds, attention_mask=mask).logits
-                else:
-                    embeds = None
-                    logits = self.model(input_ids=ids, attention_mask=mask).logits
-                losses = self.loss_fn(logits, ids, mask)
+                with torch.autocast(ids.device.type, dtype=torch.bfloat16, enabled=self.autocast_bf16):
+                    if self.emb is not None:
+                        embeds = self.emb(ids).detach().requires_grad_(True)
+                        logits = self.model(inputs_embeds=embeds, attention_mask=mask).logits
+                    else:
+                        embeds = None
+                        logits = self.model(input_ids=ids, attention_mask=mask).logits
+                    losses = self.loss_fn(logits, ids, mask)
                 if row_unit is not None:
                     losses = losses * unit_weights(row_unit)
                 if losses.requires_grad:

@@ -633,6 +633,37 @@ def test_bookkeeping_grouped_step_equals_the_per_layer_step(method, units, lengt
         assert any(not torch.equal(a, b) for s_a, s_b in zip(g_each, g_grouped) for a, b in zip(s_a, s_b))
 
 
+def test_bookkeeping_under_bf16_autocast_clips_within_bf16_rounding_and_is_timed_beside_a_bf16_step():
+    """`python -m defenses.dp --bf16` times book-keeping with its forward pass under bf16 autocast against a
+    non-private step under the same autocast (how the anchors train): the step really runs in bf16 (its clipped
+    update moves, within bf16 rounding), Opacus' modes are refused, and the table says so."""
+    from transformers import GPTNeoXConfig
+
+    from defenses.dp import measure_step_cost, step_cost_model, step_cost_table
+    from defenses.dp_bookkeeping import BookKeepingDP
+
+    cfg = GPTNeoXConfig(vocab_size=512, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=256, max_position_embeddings=64, rotary_pct=0.25,
+                        use_parallel_residual=True, tie_word_embeddings=False)
+    ids = torch.randint(0, 512, (6, 24), generator=torch.Generator().manual_seed(1))
+
+    def update(bf16: bool) -> torch.Tensor:
+        model = step_cost_model(cfg, "full")
+        dp = BookKeepingDP(model, torch.optim.SGD([p for p in model.parameters()], lr=0.0), noise_multiplier=0.0,
+                           max_grad_norm=0.05, expected_batch_size=6, generator=None, loss_fn=record_losses,
+                           autocast_bf16=bf16)
+        dp.backward(ids, torch.ones_like(ids))
+        dp.step()
+        return torch.cat([p.grad.reshape(-1) for p in dp.params])
+
+    fp32, bf16 = update(False), update(True)
+    assert 0 < float((fp32 - bf16).norm() / fp32.norm()) < 0.1
+    r = measure_step_cost("nano", method="full", batch=2, length=16, steps=3, vocab=512, device="cpu",
+                          modes=("hooks", "bk"), autocast_bf16=True)
+    assert r["autocast_bf16"] is True and r["bk_ratio_cpu"] > 0 and "bf16" in r["hooks_error"]
+    assert "bf16 autocast" in step_cost_table([r]).splitlines()[0]
+
+
 def test_bookkeeping_groups_layers_on_cuda_only_by_default():
     """The per-layer step is the CPU default: its rounding is the one the stored CPU runs hold."""
     from defenses.dp_bookkeeping import BookKeepingDP
