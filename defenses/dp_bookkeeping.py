@@ -105,7 +105,7 @@ def _group_key(module: torch.nn.Module, a: torch.Tensor, g: torch.Tensor) -> tup
     return type(module), norm, trains, dtypes, tuple(a.shape), tuple(g.shape), a.dtype, g.dtype
 
 
-def _per_layer(part: torch.Tensor, layers: int, n: int) -> torch.Tensor:
+def _sum_over_layers(part: torch.Tensor, layers: int, n: int) -> torch.Tensor:
     """A group's per-record squared norms (layers·n,), laid out layer after layer, summed over its layers: (n,)."""
     return part if layers == 1 else part.view(layers, n).sum(0)
 
@@ -276,7 +276,7 @@ class BookKeepingDP:
                     a = F.layer_norm(a, module.normalized_shape, eps=module.eps)  # x̂: the weight's input
                     if module.weight is not None and module.weight.requires_grad:
                         per_record = by_unit((g * a).sum(1))
-                        norm2 += _per_layer(_sq_norms(per_record), k, n)
+                        norm2 += _sum_over_layers(_sq_norms(per_record), k, n)
                 elif module.weight.requires_grad:
                     if _ghost_is_cheaper(a, g, unit_rows, n_k):
                         if unit_k is not None:  # each unit's tokens along one axis: its norm over all of them
@@ -284,14 +284,14 @@ class BookKeepingDP:
                         else:
                             a_u, g_u = a, g
                         ghost = (torch.bmm(a_u, a_u.transpose(1, 2)) * torch.bmm(g_u, g_u.transpose(1, 2))).sum((1, 2))
-                        norm2 += _per_layer(ghost, k, n)
+                        norm2 += _sum_over_layers(ghost, k, n)
                     else:
                         per_record = by_unit(torch.bmm(g.transpose(1, 2), a))
-                        norm2 += _per_layer(_sq_norms(per_record), k, n)
+                        norm2 += _sum_over_layers(_sq_norms(per_record), k, n)
                 g_bias = None  # each row's bias gradient: its output gradients summed over positions
                 if module.bias is not None and module.bias.requires_grad:
                     g_bias = g.sum(1)
-                    norm2 += _per_layer(_sq_norms(by_unit(g_bias)), k, n)
+                    norm2 += _sum_over_layers(_sq_norms(by_unit(g_bias)), k, n)
                 groups.append((mods, a, g, per_record, g_bias))
             if g_emb is not None:
                 norm2 += embedding_sq_norms(ids, g_emb, row_unit, n)
