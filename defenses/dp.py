@@ -245,6 +245,13 @@ def trained_records(seqs: list[list[int]]) -> list[int]:
 
 
 # ------------------------------------------------------------------------------------------ training
+def expected_batch(n: int, batches: int) -> int:
+    """The divisor of the noisy sum of clipped gradients: Opacus' expected batch size ⌊n·q⌋ with q = 1/``batches``,
+    computed in integers. Opacus multiplies n by the float 1/batches, which falls just below an integer for some n
+    (49 · (1/49) = 0.999…): the divisor came out one too small, or 0 and the step infinite."""
+    return n // batches
+
+
 def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsilon: float, delta: float | None,
              clip: float, epochs: float, lr: float, batch_size: int, seed: int, weight_decay: float = 0.0,
              noise_multiplier: float | None = None, accountant: str = "rdp", grad_sample_mode: str = "hooks",
@@ -298,7 +305,8 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
     gen = torch.Generator().manual_seed(seed)
     loader = torch.utils.data.DataLoader(_Records(items), batch_size=batch_size, collate_fn=collate,
                                          generator=gen)
-    sample_rate = 1.0 / len(loader)  # Opacus' definition: q = 1 / batches per epoch, about batch_size / n
+    batches = len(loader)  # per epoch, before Opacus' Poisson loader replaces this one
+    sample_rate = 1.0 / batches  # Opacus' definition: q = 1 / batches per epoch, about batch_size / n
     steps = max(1, int(round(epochs / sample_rate)))
     delta = float(delta) if delta is not None else 1.0 / (2 * n)
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)  # HF defaults: betas (0.9, 0.999), eps 1e-8
@@ -320,7 +328,7 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
             loader = DPDataLoader.from_data_loader(loader, generator=gen)
             accountant_obj = RDPAccountant()
             opt = vmap_dp = _own_dp_step(grad_sample_mode, model, opt, noise_multiplier=sigma, max_grad_norm=clip,
-                                         expected_batch_size=int(n * sample_rate), generator=noise_gen,
+                                         expected_batch_size=expected_batch(n, batches), generator=noise_gen,
                                          accountant=accountant_obj, sample_rate=sample_rate)
         else:
             # Opacus rebuilds ``loader`` as a DPDataLoader whose sampler uses ``loader.generator`` (= gen):
@@ -338,6 +346,7 @@ def dp_train(model: torch.nn.Module, seqs: list[list[int]], *, pad_id: int, epsi
                          ", ".join(cover["ghost"]) or "no layer", ", ".join(cover["per_record"]) or "no layer")
             else:
                 hooks, opt, loader = made
+            opt.expected_batch_size = expected_batch(n, batches)  # Opacus' own is int(n * (1 / batches))
             accountant_obj = engine.accountant
     else:
         loader = DPDataLoader.from_data_loader(loader, generator=gen)  # same Poisson batches, no clip, no noise

@@ -688,3 +688,34 @@ def test_step_cost_command_takes_batch_length_and_steps_and_refuses_bad_values(c
         assert main(argv) == 2, argv
         err = capsys.readouterr().err
         assert err.startswith("error: ") and word in err, (argv, err)
+
+
+def test_expected_batch_is_the_exact_floor_of_n_times_q():
+    """The divisor of the noisy sum is ⌊n·q⌋ with q = 1/batches (Opacus' expected batch size), exact: the float
+    product n · (1/batches) falls below an integer for 679 of these (n, batch_size) pairs, e.g. 49 · (1/49)."""
+    from fractions import Fraction
+    float_off = 0
+    for n in range(1, 1200):
+        for batch_size in range(1, min(n, 64) + 1):
+            batches = math.ceil(n / batch_size)
+            exact = math.floor(Fraction(n, batches))
+            assert dp_module.expected_batch(n, batches) == exact >= 1
+            float_off += int(n * (1.0 / batches)) != exact
+    assert float_off > 0  # the float product does go wrong in this range (the check is not vacuous)
+
+
+@pytest.mark.parametrize("mode", ["hooks", "vmap", "bk"])
+def test_a_batch_of_one_record_per_step_trains_finite_weights(world, mode):
+    """49 records, one per step: Opacus' float expected batch size is int(49 · (1/49)) = 0, which divided the noisy
+    sum by zero; the step now divides by 1 and every weight stays finite."""
+    model = _model(world)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    head = model.get_output_embeddings().weight
+    head.requires_grad_(True)
+    before = head.detach().clone()
+    seqs = (world["ctx"].encode(world["data"].texts, 64) * 2)[:49]
+    rep = dp_train(model, seqs, pad_id=world["ctx"].pad_id, epsilon=8.0, delta=None, clip=0.1, epochs=0.1, lr=1e-3,
+                   batch_size=1, seed=0, grad_sample_mode=mode)
+    assert rep["private"] and rep["steps"] == 5
+    assert torch.isfinite(head).all() and not torch.equal(head.detach(), before)
