@@ -625,14 +625,18 @@ SECRET_CLAIM = "secret_claim"
 def claimed_epsilon(guarantee: dict | None, repeats: int) -> tuple[float, float] | None:
     """The (ε, δ) a defense's guarantee claims for one audit canary inserted ``repeats`` times, or None when it
     claims nothing finite (no guarantee, ε = inf). A canary repeated r > 1 times is a group of r records, so the
-    group-privacy bound (``group_epsilon``, ``group_delta``, valid for groups up to ``group_k``) is the claim."""
+    claim is the group-privacy bound for r (:func:`bench.accounting.group_privacy`), where the guarantee states
+    group bounds up to ``group_k`` ≥ r; its ``group_epsilon`` is the looser bound for ``group_k`` itself."""
+    from bench.accounting import group_privacy
     if not guarantee or guarantee.get("name") != "epsilon" or guarantee.get("delta") is None:
         return None
     eps, delta = float(guarantee["value"]), float(guarantee["delta"])
+    if not math.isfinite(eps):
+        return None
     if repeats > 1:
         if int(guarantee.get("group_k") or 1) < repeats or "group_epsilon" not in guarantee:
             return None
-        eps, delta = float(guarantee["group_epsilon"]), float(guarantee["group_delta"])
+        eps, delta = group_privacy(eps, delta, int(repeats))
     if not math.isfinite(eps) or not (0.0 <= delta < 1.0):
         return None
     return eps, delta

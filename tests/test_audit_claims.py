@@ -6,6 +6,7 @@ False-positive rate: a correct (ε, δ)-DP defense is flagged ``claim_violated``
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -27,8 +28,13 @@ CLAIM = "dp_claim@95%,delta=1e-05"
 
 
 def test_claimed_epsilon_uses_the_group_bound_for_repeated_canaries():
-    g = {"name": "epsilon", "value": 1.0, "delta": 1e-5, "group_k": 3, "group_epsilon": 3.0, "group_delta": 3e-5}
-    assert claimed_epsilon(g, 1) == (1.0, 1e-5) and claimed_epsilon(g, 3) == (3.0, 3e-5)
+    from bench.accounting import group_privacy
+    eps_3, delta_3 = group_privacy(1.0, 1e-5, 3)
+    g = {"name": "epsilon", "value": 1.0, "delta": 1e-5, "group_k": 3, "group_epsilon": eps_3, "group_delta": delta_3}
+    assert claimed_epsilon(g, 1) == (1.0, 1e-5) and claimed_epsilon(g, 3) == (eps_3, delta_3)
+    assert (eps_3, delta_3) == pytest.approx((3.0, 3 * math.e ** 2 * 1e-5), rel=1e-12)
+    # a canary of 2 copies in data whose largest group is 3: checked against the bound for 2, not the looser one for 3
+    assert claimed_epsilon(g, 2) == group_privacy(1.0, 1e-5, 2) == pytest.approx((2.0, 2 * math.e * 1e-5), rel=1e-12)
     assert claimed_epsilon(g, 4) is None  # the group bound does not cover 4 copies: no claim to check
     assert claimed_epsilon({"name": "epsilon", "value": float("inf"), "delta": None}, 1) is None
     assert claimed_epsilon(None, 1) is None
