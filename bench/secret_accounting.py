@@ -181,6 +181,30 @@ def mixture_kl(pmf: np.ndarray, sigma: float, direction: str = "both") -> float:
     return max(0.0, max(out))
 
 
+def replacement_kl(pmf: np.ndarray, sigma: float) -> float:
+    """Per-step KL between P = Σ_s π_s N(s, σ²) and P⁻ = Σ_s π_s N(−s, σ²): the carriers' clipped gradients turned
+    from +C to −C under the same Poisson draw, which Definition 3.1's adjacency (the carriers' content changed)
+    allows and the accounting pair of :func:`mixture_kl` (the carriers removed) does not cover.
+
+    Not used to calibrate σ: it is a lower bound on what that adjacency can cost, shown beside the ledger's KL
+    (``scripts/hush_adjacency.py``; docs/hush.md, "Deviations"). Symmetric (x → −x), so one direction is enough:
+    ℓ(x) = logsumexp_s(log π_s + (2 s x − s²)/(2σ²)) − logsumexp_s(log π_s − (2 s x + s²)/(2σ²)), averaged over P by
+    Gauss–Hermite quadrature."""
+    from scipy.special import logsumexp
+    if sigma <= 0:
+        return math.inf
+    sup, wts = _components(np.asarray(pmf, dtype=float))
+    if len(sup) == 1 and sup[0] == 0:
+        return 0.0
+    t, gw = _gauss_hermite(_GH_NODES)
+    gw = gw / math.sqrt(math.pi)
+    logw = np.log(wts)
+    x = (sup[:, None] + math.sqrt(2) * sigma * t[None, :])[..., None]
+    ell = (logsumexp(logw + (2 * sup * x - sup ** 2) / (2 * sigma ** 2), axis=-1)
+           - logsumexp(logw - (2 * sup * x + sup ** 2) / (2 * sigma ** 2), axis=-1))
+    return max(0.0, float(np.sum(wts[:, None] * gw[None, :] * ell)))
+
+
 def secret_kl(rates: Sequence[float], sigma: float, steps: int, direction: str = "both") -> float:
     """KL after T steps for one secret whose records have Poisson rates ``rates``: T × the per-step KL."""
     return int(steps) * mixture_kl(poisson_binomial(rates), sigma, direction)

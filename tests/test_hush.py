@@ -313,3 +313,23 @@ def test_hush_samples_target_and_background_secrets_alike(cache):
     assert len(target) == 16 and len(background) > 15
     # one test per secret (a secret's records share its rate); p ≥ 0.001 is |z| ≤ 3.29, as in test_users_secrets
     assert mannwhitneyu(target, background).pvalue >= 1e-3
+
+
+def test_replacement_kl_matches_direct_integration_and_exceeds_the_removal_pair():
+    """KL(Σπ_s N(s, σ²) ‖ Σπ_s N(−s, σ²)) against scipy's adaptive quadrature of the two densities, its point-mass
+    closed form 2s²/σ², and above the paper's removal pair (what the replacement adjacency costs beyond it)."""
+    from scipy import integrate, stats
+
+    from bench.secret_accounting import replacement_kl
+    for s, sigma in [(1, 0.7), (3, 2.0)]:
+        pmf = np.zeros(s + 1)
+        pmf[s] = 1.0
+        assert replacement_kl(pmf, sigma) == pytest.approx(2 * s * s / sigma ** 2, rel=1e-9)
+    pmf = poisson_binomial([0.05, 0.1, 0.02, 0.08, 0.03, 0.06])
+    ks = np.arange(len(pmf))
+    for sigma in (0.5, 1.0, 3.0):
+        dens = lambda x, sign: float(np.sum(pmf * stats.norm.pdf(x, sign * ks, sigma)))  # noqa: E731
+        direct = integrate.quad(lambda x: dens(x, 1) * math.log(dens(x, 1) / dens(x, -1)), -12 * sigma,
+                                len(pmf) + 12 * sigma, limit=400, epsabs=1e-13)[0]
+        assert replacement_kl(pmf, sigma) == pytest.approx(direct, rel=1e-6, abs=1e-12)
+        assert replacement_kl(pmf, sigma) > mixture_kl(pmf, sigma, "both")
