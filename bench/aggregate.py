@@ -22,6 +22,7 @@ whose weight search is stated for two models. Log-space throughout (logsumexp), 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -37,6 +38,21 @@ DIVERGENCE = {"cp_delta": "max", "cp_delta_kl": "kl", "cp_fuse": "kl", "cp_delta
 def normalise(logu: torch.Tensor) -> torch.Tensor:
     """log of u / Σ u for an unnormalised log-measure ``logu`` (the CP renormalisation Z)."""
     return logu - torch.logsumexp(logu, dim=-1, keepdim=True)
+
+
+def floor_log_probs(logp: torch.Tensor, min_log_prob: float | None) -> torch.Tensor:
+    """Every token at probability ≥ e^``min_log_prob``, as Segal et al. 2025 (§2.1) require of "all models and
+    probability distributions" (e^−20 there, which keeps relative probabilities in [e^−20, e^20], Prop. 4.8). The
+    paper does not say how; here by mixing with the uniform distribution, p' = (1 − λ) p + λ/V with λ = V·e^floor,
+    which stays normalised and meets the floor exactly. None leaves ``logp`` as it is (privbench's default)."""
+    if min_log_prob is None:
+        return logp
+    vocab = logp.shape[-1]
+    log_lam = math.log(vocab) + float(min_log_prob)
+    if log_lam >= 0:
+        raise ConfigError(f"min_log_prob {min_log_prob} would give a vocabulary of {vocab} tokens more than all the "
+                          f"probability mass: use a value below −log V = {-math.log(vocab):.3f} (Segal et al.: −20)")
+    return torch.logaddexp(logp + math.log1p(-math.exp(log_lam)), torch.full_like(logp, float(min_log_prob)))
 
 
 def log_rpd(logp: torch.Tensor) -> torch.Tensor:

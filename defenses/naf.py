@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -79,7 +80,7 @@ class NAFLanguageModel(LanguageModel):
     def __init__(self, constituents: Sequence[HFLanguageModel], *, variant: str, m: int = 10,
                  base: HFLanguageModel | None = None, constant_logp: torch.Tensor | None = None,
                  fuse_grid: int = 10, fingerprint: str, cache: SignalCache | None = None,
-                 exact_fingerprint: bool = False) -> None:
+                 exact_fingerprint: bool = False, min_log_prob: float | None = None) -> None:
         """``exact_fingerprint``: ``fingerprint`` already names the release and its scoring settings (the runner's
         bench.keys.scoring_fingerprint of the release's artifact key, which covers variant, m and code)."""
         if variant not in agg.VARIANTS:
@@ -94,6 +95,7 @@ class NAFLanguageModel(LanguageModel):
             raise ConfigError("scp_delta_r_c needs a constant base distribution: pass constant_logp")
         self.constituents = list(constituents)
         self.variant, self.m, self.fuse_grid = variant, int(m), int(fuse_grid)
+        self.min_log_prob = None if min_log_prob is None else float(min_log_prob)
         self.base = base if variant == "scp_delta_r_b" else None
         self.constant_logp = constant_logp.float() if (variant == "scp_delta_r_c" and constant_logp is not None) \
             else None
@@ -101,8 +103,9 @@ class NAFLanguageModel(LanguageModel):
         self.device, self.max_length, self.batch_size = first.device, first.max_length, first.batch_size
         self._tok = first.tokenizer
         self._cache = cache or SignalCache(None)
+        floor = {} if self.min_log_prob is None else {"min_log_prob": self.min_log_prob}
         self.fingerprint = fingerprint if exact_fingerprint else content_hash({"naf": fingerprint, "variant": variant, "m": self.m, "grid": self.fuse_grid,
-                                         "max_length": self.max_length,
+                                         "max_length": self.max_length, **floor,
                                          "code": module_hash("bench.lm", "bench.signals", "bench.aggregate",
                                                              "defenses.naf")})
 
@@ -119,11 +122,11 @@ class NAFLanguageModel(LanguageModel):
         for model in self._models():
             kw = {"position_ids": pos} if pos is not None else {}
             logits = model(input_ids=ids, attention_mask=mask, **kw).logits
-            out.append(torch.log_softmax(logits.float(), dim=-1))
+            out.append(agg.floor_log_probs(torch.log_softmax(logits.float(), dim=-1), self.min_log_prob))
         if self.base is not None:
             return out[:-1], out[-1]
         if self.constant_logp is not None:
-            return out, self.constant_logp.to(ids.device)
+            return out, agg.floor_log_probs(self.constant_logp.to(ids.device), self.min_log_prob)
         return out, None
 
     def combine(self, logps: Sequence[torch.Tensor], log_base: torch.Tensor | None, tokens: torch.Tensor | None = None,
@@ -131,13 +134,16 @@ class NAFLanguageModel(LanguageModel):
         """The released log-distribution from the constituents' (and base's) log-probs at the same positions.
 
         CP-Fuse needs the continuation: teacher-forced ``tokens`` (B, T) with the continuation from ``start``,
-        or, for one position, the running ``history`` (B, 2)."""
+        or, for one position, the running ``history`` (B, 2). With ``min_log_prob`` the release meets the floor
+        too (the inputs already do, from :meth:`_forward`)."""
         if self.variant != "cp_fuse":
-            return agg.aggregate(self.variant, logps, log_base=log_base, m=self.m)
-        if tokens is not None:
-            return agg.cp_fuse_sequence(logps[0], logps[1], tokens, start, self.fuse_grid)
-        hist = history if history is not None else torch.zeros(logps[0].shape[0], 2, device=logps[0].device)
-        return agg.fuse_step(logps[0], logps[1], hist, self.fuse_grid)[0]
+            out = agg.aggregate(self.variant, logps, log_base=log_base, m=self.m)
+        elif tokens is not None:
+            out = agg.cp_fuse_sequence(logps[0], logps[1], tokens, start, self.fuse_grid)
+        else:
+            hist = history if history is not None else torch.zeros(logps[0].shape[0], 2, device=logps[0].device)
+            out = agg.fuse_step(logps[0], logps[1], hist, self.fuse_grid)[0]
+        return agg.floor_log_probs(out, self.min_log_prob)
 
     # -- signals --------------------------------------------------------------------------------
     def split_at_token(self, text: str, n_tokens: int) -> tuple[str, str]:
@@ -280,7 +286,7 @@ def load_naf(directory: Path, meta: dict, *, device: torch.device, fingerprint: 
     return NAFLanguageModel(constituents, variant=meta["variant"], m=int(meta["m"]), base=base,
                             constant_logp=constant, fuse_grid=int(meta.get("fuse_grid", 10)),
                             fingerprint=fingerprint, cache=getattr(constituents[0], "_cache", None),
-                            exact_fingerprint=True)
+                            exact_fingerprint=True, min_log_prob=meta.get("min_log_prob"))
 
 
 # ----------------------------------------------------------------------------------------------- defense
@@ -321,6 +327,8 @@ class NAF(Defense):
               choices=("mean_logits", "uniform")),
         Param("fuse_grid", int, 10, "CP-Fuse grid points on [0, 2) per exponent (then 2..10)", low=2),
         Param("guarantee_texts", int, 256, "training texts k_x is computed on (0: no guarantee)", low=0),
+        Param("min_log_prob", float, None, "floor on every log-probability of the constituents, base and release "
+              "(Segal et al. 2025: -20); null = none, as the stored runs", nullable=True),
     )
 
     def __init__(self, **params: Any) -> None:
@@ -334,6 +342,9 @@ class NAF(Defense):
         vocab = model.get_output_embeddings().weight.shape[0]
         if self.variant.startswith("scp") and self.m >= vocab:
             raise ConfigError(f"defense 'naf': m = {self.m} must be below the vocabulary size {vocab}: lower `m`")
+        if self.min_log_prob is not None and self.min_log_prob >= -math.log(vocab):
+            raise ConfigError(f"defense 'naf': min_log_prob = {self.min_log_prob} must be below -log V = "
+                              f"{-math.log(vocab):.3f} for the vocabulary of {vocab}: lower it (Segal et al.: -20)")
         parts = partition(data.texts, self.k)
         trainer = FineTune(**{p.name: getattr(self, p.name) for p in ADAPT_PARAMS})
         constituents, reports = [], []
@@ -350,6 +361,8 @@ class NAF(Defense):
                         mean_logits_logp(model.eval(), ctx, sorted(set(data.texts), key=text_hash)[:CONSTANT_TEXTS]))
         meta = {"variant": self.variant, "m": self.m, "fuse_grid": self.fuse_grid,
                 "partition_sizes": [len(p) for p in parts]}
+        if self.min_log_prob is not None:  # absent when off: the releases stored without a floor keep their meta
+            meta["min_log_prob"] = self.min_log_prob
         self._report = {"constituents": reports, "train": {
             "seconds": sum(r["train"]["seconds"] for r in reports), "steps": sum(r["train"]["steps"] for r in reports),
             "tokens": sum(r["train"]["tokens"] for r in reports),
@@ -365,12 +378,13 @@ class NAF(Defense):
 
         lm = NAFLanguageModel([hf(c, f"c{i}") for i, c in enumerate(constituents)], variant=self.variant, m=self.m,
                               base=hf(base, "base") if base is not None else None, constant_logp=constant,
-                              fuse_grid=self.fuse_grid, fingerprint="guarantee")
+                              fuse_grid=self.fuse_grid, fingerprint="guarantee", min_log_prob=self.min_log_prob)
         chosen = sorted(set(texts), key=text_hash)[: self.guarantee_texts]
         kx = lm.naf_bounds(chosen)
         return {"name": f"naf_k_x_{agg.DIVERGENCE[self.variant]}", "value": float(np.percentile(kx, 99)),
                 "variant": self.variant, "divergence": agg.DIVERGENCE[self.variant], "k": self.k,
                 "m": self.m if self.variant.startswith("scp") else None,
+                **({} if self.min_log_prob is None else {"min_log_prob": self.min_log_prob}),
                 "mean": float(kx.mean()), "p95": float(np.percentile(kx, 95)), "p99": float(np.percentile(kx, 99)),
                 "max": float(kx.max()), "n_positions": int(kx.size), "n_texts": len(chosen),
                 "inputs": "every next-token position of the defense's own training texts (distinct, by hash order)"}

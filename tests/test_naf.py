@@ -446,3 +446,53 @@ def test_runner_scores_every_variant(cache, tmp_path):
     """All six variants (CP-Fuse solves its weight grid at every position: minutes on CPU)."""
     _run_and_check(cache, tmp_path, NAMES2IDS, EXTRACTION,
                    _naf("cp_delta", "cp_delta_kl", "cp_fuse", "cp_delta_r", "scp_delta_r_b", "scp_delta_r_c"))
+
+
+def test_the_probability_floor_meets_it_exactly_and_stays_normalised():
+    """Segal et al. 2025 §2.1: every distribution gives each token at least e^floor; here by mixing with the
+    uniform distribution, (1 − λ) p + λ/V with λ = V e^floor, checked against numpy in float64."""
+    rng = np.random.default_rng(0)
+    logits = torch.tensor(rng.normal(0, 12, (3, 5, 50)))
+    logp = torch.log_softmax(logits, -1)
+    assert logp.min() < -30  # the floor binds
+    out = agg.floor_log_probs(logp, -12.0)
+    lam = 50 * np.exp(-12.0)
+    want = np.log((1 - lam) * np.exp(logp.numpy()) + lam / 50)
+    np.testing.assert_allclose(out.numpy(), want, rtol=0, atol=1e-12)
+    assert out.min() >= -12.0 - 1e-12
+    np.testing.assert_allclose(torch.logsumexp(out, -1).numpy(), 0.0, atol=1e-12)
+    assert agg.floor_log_probs(logp, None) is logp
+    with pytest.raises(ConfigError, match="below −log V"):
+        agg.floor_log_probs(logp, -3.0)  # 50 · e^−3 > 1: no distribution can put that much on every token
+
+
+def test_naf_with_the_papers_floor_releases_the_floored_formula(tiny, tmp_path):
+    """``min_log_prob``: the constituents are floored, combined as the paper's rule, and the release floored; the
+    stored release carries the floor back; without it the meta has no such key (stored runs keep theirs)."""
+    theta, tok, ctx, train = tiny
+    floor = -6.0  # the 300-token vocabulary's −log V is −5.7; −20 would not bind on this tiny model
+    d, release = _adapt(tiny, "cp_delta_r", epochs=1.0, min_log_prob=floor)
+    assert release.meta["min_log_prob"] == floor and d.last_guarantee["min_log_prob"] == floor
+    assert "min_log_prob" not in _adapt(tiny, "cp_delta", epochs=0.5)[1].meta
+    lm = NAFLanguageModel([HFLanguageModel(c, tok, fingerprint=f"c{i}", max_length=48, batch_size=8)
+                           for i, c in enumerate(release.constituents)], variant="cp_delta_r", m=10,
+                          fingerprint="x", min_log_prob=floor)
+    lam = len(tok) * np.exp(floor)
+    raised = 0
+    for text, s in zip(train[:2], lm.token_signals(train[:2])):
+        per = [_np_logps(c, tok, text) for c in release.constituents]
+        ps = [(1 - lam) * np.exp(lp) + lam / len(tok) for lp, _ in per]
+        raised += sum(int((np.exp(lp) < np.exp(floor)).sum()) for lp, _ in per)
+        r = (1 - lam) * np_variant("cp_delta_r", ps) + lam / len(tok)
+        ids = per[0][1]
+        np.testing.assert_allclose(s.logprobs, np.log(r)[np.arange(len(ids)), ids], atol=1e-5)
+        assert s.logprobs.min() >= floor - 1e-5
+    assert raised > 0  # the floor changed some of the constituents' probabilities
+    save_release(release, tmp_path / "rel")
+    loaded = load_release(tmp_path / "rel", device=torch.device("cpu"), fingerprint="key",
+                          make_lm=lambda m, tk, suffix="": HFLanguageModel(m, tk, fingerprint=suffix, max_length=48,
+                                                                            batch_size=8))
+    assert loaded.min_log_prob == floor
+    np.testing.assert_array_equal(loaded.token_signals(train[:1])[0].logprobs, lm.token_signals(train[:1])[0].logprobs)
+    with pytest.raises(ConfigError, match="min_log_prob"):
+        NAF(min_log_prob=-5.0).adapt(theta, AdaptationData(tuple(train)), ctx)
