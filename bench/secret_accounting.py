@@ -149,6 +149,16 @@ def _gauss_hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
     w.setflags(write=False)
     return t, w
 
+def _quadrature(pmf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """The sensitivity law's support and weights, and Gauss–Hermite nodes with weights normalised for an
+    expectation over a Gaussian; None for the point mass at 0, against which every KL here is 0."""
+    sup, wts = _components(np.asarray(pmf, dtype=float))
+    if len(sup) == 1 and sup[0] == 0:
+        return None
+    t, gw = _gauss_hermite(_GH_NODES)
+    return sup, wts, t, gw / math.sqrt(math.pi)
+
+
 def mixture_kl(pmf: np.ndarray, sigma: float, direction: str = "both") -> float:
     """Per-step KL between P = Σ_s π_s N(s, σ²) and Q = N(0, σ²) (sensitivities in units of the clip norm).
 
@@ -161,11 +171,10 @@ def mixture_kl(pmf: np.ndarray, sigma: float, direction: str = "both") -> float:
         raise ConfigError(f"Hush: unknown KL direction {direction!r}: use one of {list(DIRECTIONS)}")
     if sigma <= 0:
         return math.inf
-    sup, wts = _components(np.asarray(pmf, dtype=float))
-    if len(sup) == 1 and sup[0] == 0:
+    quad = _quadrature(pmf)
+    if quad is None:
         return 0.0
-    t, gw = _gauss_hermite(_GH_NODES)
-    gw = gw / math.sqrt(math.pi)
+    sup, wts, t, gw = quad
     logw = np.log(wts)
 
     def ell(x: np.ndarray) -> np.ndarray:  # x: any shape; returns ℓ(x)
@@ -193,11 +202,10 @@ def replacement_kl(pmf: np.ndarray, sigma: float) -> float:
     from scipy.special import logsumexp
     if sigma <= 0:
         return math.inf
-    sup, wts = _components(np.asarray(pmf, dtype=float))
-    if len(sup) == 1 and sup[0] == 0:
+    quad = _quadrature(pmf)
+    if quad is None:
         return 0.0
-    t, gw = _gauss_hermite(_GH_NODES)
-    gw = gw / math.sqrt(math.pi)
+    sup, wts, t, gw = quad
     logw = np.log(wts)
     x = (sup[:, None] + math.sqrt(2) * sigma * t[None, :])[..., None]
     ell = (logsumexp(logw + (2 * sup * x - sup ** 2) / (2 * sigma ** 2), axis=-1)
