@@ -33,6 +33,7 @@ import numpy as np
 from scipy.special import expit
 from scipy.stats import beta, binom
 
+from bench.accounting import group_privacy
 from bench.errors import MetricError
 from bench.metrics import MetricRow, roc_curve_points, validate_scores
 
@@ -627,7 +628,6 @@ def claimed_epsilon(guarantee: dict | None, repeats: int) -> tuple[float, float]
     claims nothing finite (no guarantee, ε = inf). A canary repeated r > 1 times is a group of r records, so the
     claim is the group-privacy bound for r (:func:`bench.accounting.group_privacy`), where the guarantee states
     group bounds up to ``group_k`` ≥ r; its ``group_epsilon`` is the looser bound for ``group_k`` itself."""
-    from bench.accounting import group_privacy
     if not guarantee or guarantee.get("name") != "epsilon" or guarantee.get("delta") is None:
         return None
     eps, delta = float(guarantee["value"]), float(guarantee["delta"])

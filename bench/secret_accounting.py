@@ -149,6 +149,7 @@ def _gauss_hermite(n: int) -> tuple[np.ndarray, np.ndarray]:
     w.setflags(write=False)
     return t, w
 
+
 def _quadrature(pmf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """The sensitivity law's support and weights, and Gauss–Hermite nodes with weights normalised for an
     expectation over a Gaussian; None for the point mass at 0, against which every KL here is 0."""
