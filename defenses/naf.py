@@ -318,6 +318,8 @@ class NAF(Defense):
     description = ("NAF aggregation (Segal et al. 2025): k constituents fine-tuned on disjoint partitions, released as "
                    "their token-level combination (CP-Δ, CP-ΔKL, CP-Fuse, CP-Δr, SCP-Δr-b/-c); reports k_x.")
     code_modules = ("bench.aggregate",)
+    #: 0.2.0: the paper's probability floor e^-20 (``min_log_prob: -20``) by default; 0.1.0 applied none
+    version = "0.2.0"
     params = ADAPT_PARAMS + (
         Param("variant", str, "scp_delta_r_b", "aggregation rule", choices=agg.VARIANTS),
         Param("k", int, 2, "constituent models, each on its own disjoint partition (Segal et al. 2025: 2)", low=2),
@@ -327,8 +329,8 @@ class NAF(Defense):
               choices=("mean_logits", "uniform")),
         Param("fuse_grid", int, 10, "CP-Fuse grid points on [0, 2) per exponent (then 2..10)", low=2),
         Param("guarantee_texts", int, 256, "training texts k_x is computed on (0: no guarantee)", low=0),
-        Param("min_log_prob", float, None, "floor on every log-probability of the constituents, base and release "
-              "(Segal et al. 2025: -20); null = none, as the stored runs", nullable=True),
+        Param("min_log_prob", float, -20.0, "floor on every log-probability of the constituents, base and release "
+              "(Segal et al. 2025: -20); null = none, as naf 0.1.0 did", nullable=True),
     )
 
     def __init__(self, **params: Any) -> None:
@@ -361,7 +363,7 @@ class NAF(Defense):
                         mean_logits_logp(model.eval(), ctx, sorted(set(data.texts), key=text_hash)[:CONSTANT_TEXTS]))
         meta = {"variant": self.variant, "m": self.m, "fuse_grid": self.fuse_grid,
                 "partition_sizes": [len(p) for p in parts]}
-        if self.min_log_prob is not None:  # absent when off: the releases stored without a floor keep their meta
+        if self.min_log_prob is not None:  # absent when off, as in the releases naf 0.1.0 stored
             meta["min_log_prob"] = self.min_log_prob
         self._report = {"constituents": reports, "train": {
             "seconds": sum(r["train"]["seconds"] for r in reports), "steps": sum(r["train"]["steps"] for r in reports),

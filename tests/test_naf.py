@@ -261,7 +261,8 @@ def _lm(release, tok, cache=None):
     return NAFLanguageModel([hf(c, f"c{i}") for i, c in enumerate(release.constituents)],
                             variant=release.meta["variant"], m=release.meta["m"],
                             base=hf(release.base, "b") if release.base is not None else None,
-                            constant_logp=release.constant_logp, fingerprint="x", cache=cache)
+                            constant_logp=release.constant_logp, fingerprint="x", cache=cache,
+                            min_log_prob=release.meta.get("min_log_prob"))
 
 
 def _np_logps(model, tok, text):
@@ -468,12 +469,13 @@ def test_the_probability_floor_meets_it_exactly_and_stays_normalised():
 
 def test_naf_with_the_papers_floor_releases_the_floored_formula(tiny, tmp_path):
     """``min_log_prob``: the constituents are floored, combined as the paper's rule, and the release floored; the
-    stored release carries the floor back; without it the meta has no such key (stored runs keep theirs)."""
+    stored release carries the floor back; the default is the paper's −20, and null (naf 0.1.0) leaves no key."""
     theta, tok, ctx, train = tiny
     floor = -6.0  # the 300-token vocabulary's −log V is −5.7; −20 would not bind on this tiny model
     d, release = _adapt(tiny, "cp_delta_r", epochs=1.0, min_log_prob=floor)
     assert release.meta["min_log_prob"] == floor and d.last_guarantee["min_log_prob"] == floor
-    assert "min_log_prob" not in _adapt(tiny, "cp_delta", epochs=0.5)[1].meta
+    assert _adapt(tiny, "cp_delta", epochs=0.5)[1].meta["min_log_prob"] == -20.0  # the paper's floor by default
+    assert "min_log_prob" not in _adapt(tiny, "cp_delta", epochs=0.5, min_log_prob=None)[1].meta  # as naf 0.1.0
     lm = NAFLanguageModel([HFLanguageModel(c, tok, fingerprint=f"c{i}", max_length=48, batch_size=8)
                            for i, c in enumerate(release.constituents)], variant="cp_delta_r", m=10,
                           fingerprint="x", min_log_prob=floor)
