@@ -10,14 +10,20 @@ For a target x and population samples z (attacker-owned, never trained on):
 
 Reference models are the attacker's shadows: the defense's public recipe applied by the attacker to its own
 population slices (from θ where the game releases it, else from the attacker's reference model); for the
-pretraining game, the attacker's reference model pretrained on population data. α is tuned on an
-attacker-owned shadow pair — shadow i plays the target (its training slice = members, half of Z =
-non-members) and shadow j the reference — never on the evaluation data. With a single reference model
-(pretraining game) α cannot be tuned and ``alpha_fallback`` is used.
+pretraining game, the attacker's reference model pretrained on population data. α = 0 as Marek et al. set it
+(appendix H); ``alpha: null`` tunes it as Zarifzadeh et al. do, on an attacker-owned shadow pair — shadow i plays
+the target (its training slice = members, half of Z = non-members) and shadow j the reference — never on the
+evaluation data. With a single reference model (pretraining game) α cannot be tuned and ``alpha_fallback`` is used.
+
+Why γ and Z barely matter: Ratio_z does not depend on x, so the count is a non-increasing step function of
+Ratio_x, the same for every target. The score thus ranks targets as −Ratio_x does, only more coarsely; γ, |Z|
+and how Ratio_z is computed decide only which targets tie.
 
 Deviation, stated: the count C/|Z| takes only |Z| + 1 values, and ties make TPR at low FPR meaningless
 (a known pitfall of other tools). With ``tie_break`` a term below 1/(2|Z|), decreasing in Ratio_x, orders
-targets that share a count; it never changes the order between different counts.
+targets that share a count; it never changes the order between different counts. The score then ranks targets
+exactly as −Ratio_x does, so AUC and TPR at any FPR no longer depend on γ or Z (``tie_break: false`` for the
+paper's coarse count, e.g. to sweep γ as in its Fig. 14).
 """
 
 from __future__ import annotations
@@ -49,13 +55,15 @@ def rmia_scores(target_x: np.ndarray, refs_x: np.ndarray, target_z: np.ndarray, 
 @register_attack("rmia")
 class RMIAAttack(Attack):
     description = ("RMIA offline (Marek et al. 2026, Algorithm 1): how often the target's loss ratio against "
-                   "attacker shadows beats population samples'; α tuned on a shadow pair.")
+                   "attacker shadows beats population samples'; α = 0 as the paper, or tuned on a shadow pair.")
     reference = "Zarifzadeh et al. 2024; Marek et al. 2026, Algorithm 1 and eqs. (5)-(6), appendix B.4"
     requires = frozenset({TOKEN_LOGPROBS, SHADOW_MODELS})
+    #: 0.2.0: α = 0 by default (Marek et al., appendix H); 0.1.0 tuned it on shadows (now ``alpha: null``)
+    version = "0.2.0"
     params = (
         Param("gamma", float, 1.0, "threshold γ on Ratio_x / Ratio_z", low=0.0, low_inclusive=False),
-        Param("alpha", float, None, "scaling α of the offline approximation; null = tune on a shadow pair",
-              low=0.0, high=1.0, nullable=True),
+        Param("alpha", float, 0.0, "scaling α of the offline approximation (Marek et al.: 0); null = tune on a "
+              "shadow pair", low=0.0, high=1.0, nullable=True),
         Param("alpha_fallback", float, 0.3, "α when it cannot be tuned (one reference model)", low=0.0, high=1.0),
         Param("alpha_grid", list, [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0], "α values tried",
               item_type=float),

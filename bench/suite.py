@@ -418,7 +418,8 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         utility_ood = _entries([ood_raw], "utility.ood", TASKS, str(name))[0]
         utility["ood"] = {"label": utility_ood.label, "name": utility_ood.name, "params": utility_ood.instance.config}
     shadows = validate_params(f"suite '{name}' shadows", (
-        Param("n", int, 2, "shadow models per (defense, base); RMIA tunes its α on a pair of them", low=1),
+        Param("n", int, 2, "shadow models per (defense, base); RMIA averages them (and with alpha: null tunes α on "
+              "a pair)", low=1),
         Param("records", int, 180, "population records each shadow is adapted on (≈ the size of D̃)", low=4),
         Param("n_population", int, 300, "held-out population records: RMIA's population sample Z", low=4),
     ), raw.get("shadows") or {})

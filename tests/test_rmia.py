@@ -1,4 +1,5 @@
-"""RMIA (Marek et al. 2026, Algorithm 1) against a literal, loop-by-loop transcription of the algorithm."""
+"""RMIA (Marek et al. 2026, Algorithm 1) against a loop-by-loop transcription of the algorithm (with privbench's
+line 8: the same offline mix for z as for x)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,29 @@ def test_tie_break_orders_within_a_count_only():
     assert np.all(np.diff(ratio[same][order]) <= 1e-12)
 
 
+def test_with_tie_break_the_ranking_is_the_loss_ratio_whatever_gamma_and_z():
+    """Ratio_z does not depend on x, so the count falls with Ratio_x for every target alike; the tie-break completes
+    that order. AUC and TPR@1%FPR then equal those of −Ratio_x for every γ and Z; without it they move."""
+    from bench.metrics import roc_auc, tpr_at_fpr
+    rng = np.random.default_rng(4)
+    n = 400
+    labels = np.r_[np.ones(n // 2), np.zeros(n // 2)]
+    tx = rng.uniform(2, 5, n) - 0.3 * labels          # members: lower target loss
+    rx = rng.uniform(2, 5, (2, n))
+    ratio = tx / (0.5 * (rx.mean(0) + 1.0))           # α = 0
+    want_auc, want_tpr = roc_auc(labels, -ratio), tpr_at_fpr(labels, -ratio, 0.01)[0]
+    plain_aucs = set()
+    for gamma in (0.5, 1.0, 2.0):
+        for nz in (5, 300):
+            tz, rz = rng.uniform(2, 5, nz), rng.uniform(2, 5, (2, nz))
+            s = rmia_scores(tx, rx, tz, rz, alpha=0.0, gamma=gamma)
+            assert roc_auc(labels, s) == pytest.approx(want_auc, abs=1e-12)
+            assert tpr_at_fpr(labels, s, 0.01)[0] == pytest.approx(want_tpr, abs=1e-12)
+            plain_aucs.add(round(roc_auc(labels, rmia_scores(tx, rx, tz, rz, alpha=0.0, gamma=gamma,
+                                                             tie_break=False)), 9))
+    assert len(plain_aucs) > 1  # the coarse count of the paper does depend on γ and Z
+
+
 def test_members_score_higher_and_alpha_is_tuned_on_shadows_only():
     """Shadows and the target are unigram models; the target was fitted on the member texts."""
     rng = np.random.default_rng(2)
@@ -70,7 +94,8 @@ def test_members_score_higher_and_alpha_is_tuned_on_shadows_only():
                         RestrictedModel(target, caps, "released"), None, None, None,
                         ShadowSet(tuple(RestrictedModel(m, caps, "shadow") for m in shadows), shadow_slices,
                                   tuple(pop[110:200]), "attacker reference"))
-    attack = RMIAAttack()
+    assert RMIAAttack().alpha == 0.0  # Marek et al., appendix H
+    attack = RMIAAttack(alpha=None)
     scores = np.asarray(attack.score(view))
     assert scores[:30].mean() > scores[30:].mean()
     assert attack.last_tuning["tuned"] and attack.last_tuning["alpha"] in attack.alpha_grid
@@ -190,7 +215,7 @@ def test_rmia_alpha_tuning_on_a_tiny_transformer_matches_independent_search(tiny
             aucs.append(roc_auc_score(labels, s))
         mean_auc[a] = float(np.mean(aucs))
     best = max(grid, key=lambda a: (mean_auc[a], -a))     # ties go to the smallest α, as privbench's max() over sorted
-    attack = RMIAAttack(alpha_grid=grid, tune_members=8, tie_break=False)
+    attack = RMIAAttack(alpha=None, alpha_grid=grid, tune_members=8, tie_break=False)
     alpha, info = attack.tuned_alpha(_tiny_view(w).shadows)
     assert info["tuned"] and alpha == best
     for a in grid:
