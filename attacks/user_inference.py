@@ -12,8 +12,8 @@ ratio by its token count instead, a variant (stated deviation when chosen). Toke
 first token has no context and is not scored, and a text longer than the context keeps its first tokens.
 
 The reference is θ (the pretrained model) where the game releases it — Kandpal et al.'s main choice,
-"the pre-trained LLM as a reference model" (appendix C, Table 3) — else the attacker's own reference model trained on
-population data (their Table 3: an independently trained model also works), via
+"the pre-trained LLM as a reference model" (section 4.1; appendix D, Table 3) — else the attacker's own reference
+model trained on population data (their Table 3: an independently trained model also works), via
 :meth:`bench.game.AttackerView.calibration_model`.
 
 The attack scores units itself (``scores_units``). On a record-level game it would have no user samples:

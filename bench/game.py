@@ -69,7 +69,8 @@ from bench.pools import (
 )
 from bench.task import TaskData
 from bench.units import (
-    AUDIT_POOL, AUDIT_PRETRAIN_POOL, GROUPS, NULL_POOL, draw_unit_groups, group_targets_by_unit, owners_of, secrets_of, unit_samples,
+    AUDIT_POOL, AUDIT_PRETRAIN_POOL, GROUPS, NULL_POOL, draw_unit_groups, group_targets_by_unit,
+    held_out_user_validation, owners_of, secrets_of, unit_samples,
 )
 
 #: version of the game's draw and labels; part of every world key, so results of another game version never mix
@@ -125,8 +126,9 @@ WORLD_PARAMS = (
     Param("n_null", int, 400, "units of the null game's own pool (never inserted, shown by no other game), split in "
           "half; below 400 (200 vs 200) the null rows are flagged underpowered", low=8),
     Param("adapt_background", int, 200, "non-target records in the adaptation data D", low=0),
-    Param("n_validation", int, 100, "records of the adaptation pool after D's background that the data owner holds "
-          "back for validation (early stopping); never targets, never trained on", low=0),
+    Param("n_validation", int, 100, "records of the adaptation pool after D's background (in a user world, of users "
+          "with no record in D) that the data owner holds back for validation (early stopping); never targets, never "
+          "trained on", low=0),
     Param("pretrain_target_repeats", int, 1, "copies of each a=1 target inserted into pretraining", low=1),
     Param("n_audit", int, 0, "audit canaries (pool C, shown only by the audit game), each inserted into D "
           "independently with probability 1/2; 0 = none", low=0),
@@ -550,9 +552,13 @@ class Challenger:
         rng = np.random.default_rng([self.seed, 17, *self._salt])
         order = rng.permutation(len(texts))
         shuffled = tuple(texts[i] for i in order)
-        # records of the adaptation pool after the background: held back by the data owner for validation
-        validation = (self._validation if self._validation is not None
-                      else tuple(self._data.adapt[n_bg: n_bg + self.config["n_validation"]]))
+        # held back by the data owner for validation: records of the adaptation pool after the background, in a user
+        # world only those of users with no record in D (bench.units.held_out_user_validation)
+        validation = self._validation
+        if validation is None and self.unit == "user":
+            validation = held_out_user_validation(self._data, n_bg, self.config["n_validation"])
+        if validation is None:
+            validation = tuple(self._data.adapt[n_bg: n_bg + self.config["n_validation"]])
         if self.unit == "user":
             owners = owners_of(self._data, self.world_key, n_bg, [self._unit_of[r] for r in b1 + b0] * reps)
             return AdaptationData(shuffled, users=tuple(owners[i] for i in order), validation=validation)

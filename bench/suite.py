@@ -256,6 +256,22 @@ def check_model(spec: ModelSpec, suite: str) -> ModelSpec:
     return spec
 
 
+def check_training_lengths(defenses: list[PluginEntry], models: list[ModelSpec], suite: str) -> None:
+    """No defense trains on records longer than a model reads: every score is truncated at the model's
+    context_length, so tokens trained on past it would be memorised where no attack and no utility measure looks
+    (and positions past it are ones the model was never built for)."""
+    for d in defenses:
+        chunk = d.instance.config.get("chunk_length")
+        for mo in models:
+            if isinstance(chunk, int) and chunk > mo.context_length:
+                raise ConfigError(
+                    f"suite '{suite}': defense '{d.label}' trains on records of up to {chunk} tokens (chunk_length) "
+                    f"but model '{mo.name}' is scored on its first {mo.context_length} (context_length), so what it "
+                    f"learns past token {mo.context_length} is never measured: set chunk_length to at most "
+                    f"{mo.context_length}, or give the model context_length: {chunk} (models: [{{name: {mo.name}, "
+                    f"params: {{context_length: {chunk}}}}}])")
+
+
 def sweep_suffix(point: dict[str, Any]) -> str:
     """``(k=0.1)`` or ``(k=0.1, seed=2)``: how a swept entry's label names its parameter values."""
     return "(" + ", ".join(f"{k}={v}" for k, v in point.items()) + ")"
@@ -352,6 +368,7 @@ def parse_suite(raw: Any, path: str | None = None) -> Suite:
         raise
     except PrivbenchError as exc:
         raise ConfigError(f"suite '{name}': {exc}") from None
+    check_training_lengths(defenses, models, str(name))
     labels = {d.label: d for d in defenses}
     for d in defenses:
         target = (d.match or {}).get("target_defense")

@@ -8,8 +8,8 @@ units; this module holds the pieces around that draw:
 
   - a **user** shows the user's held-aside documents (Kandpal et al. 2024, section 4.1: "we set aside 10% of a
     user's samples as the attacker's knowledge; these samples are never used for fine-tuning"), taken from
-    ``public_format["user_samples"]``. A user task without held-aside samples (e.g. ``local_text`` with a user
-    column) shows the user's own records instead: that is *user-level membership inference* in Kandpal et al.'s
+    ``public_format["user_samples"]``. A user task without held-aside samples (``enron_users``, ``local_text`` with a
+    user column) shows the user's own records instead: that is *user-level membership inference* in Kandpal et al.'s
     terms (section 2, the attacker knows the exact training samples), a stronger attacker;
   - a **secret** shows its carriers, the records that carry it (``tasks/secrets.py``; Ganesh et al. 2025, section 3:
     the attacker may know "which examples contain which secrets", the protected part is the secret's content). A
@@ -22,7 +22,7 @@ units; this module holds the pieces around that draw:
   records are targets.
 
 * :func:`bench.attack.score_units` — how a record-level attack scores a unit: the mean of its record scores over the
-  unit's samples (Kandpal et al. 2024, eq. 4 and appendix C, Table 2: the mean of example-level statistics beats the
+  unit's samples (Kandpal et al. 2024, eq. 4 and appendix D, Table 2: the mean of example-level statistics beats the
   minimum or maximum). An attack that scores units itself sets ``scores_units = True``
   (``attacks/user_inference.py``) and reads ``Target.samples``.
 
@@ -200,6 +200,22 @@ def owners_of(data: TaskData, world_key: str, n_background: int, target_units: S
                         f"uses {n_background}: give every adaptation record an owner")
     bg = [_pseudonym(world_key, "user", provided[i]) for i in range(n_background)]
     return bg + [_pseudonym(world_key, "user", u) for u in target_units]
+
+
+def held_out_user_validation(data: TaskData, n_background: int, n: int) -> tuple[str, ...] | None:
+    """A user world's validation records: the first ``n`` adaptation records after D's background whose owners
+    have no record in D, or None when the task names no owners.
+
+    Kandpal et al. 2024 (appendix C) validate on documents of users held in to training. Here those would be
+    documents of D's background users alone (a target user's held-aside documents are the attacker's samples),
+    so they would name the background users and mark every other user of D as a target, for a dishonest defense
+    to drop. Users outside D mark no one; their loss rises with user-level overfitting where held-in users' falls
+    (Kandpal et al., Fig. 4), so early stopping on them stops no later than on held-in users."""
+    owners = data.adapt_owners
+    if owners is None:
+        return None
+    in_d = set(owners[:n_background])
+    return tuple(t for t, u in zip(data.adapt[n_background:], owners[n_background:]) if u not in in_d)[:n]
 
 
 #: a maximal run of the characters secrets are made of; every occurrence of a secret lies inside one run

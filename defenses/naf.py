@@ -134,8 +134,9 @@ class NAFLanguageModel(LanguageModel):
         """The released log-distribution from the constituents' (and base's) log-probs at the same positions.
 
         CP-Fuse needs the continuation: teacher-forced ``tokens`` (B, T) with the continuation from ``start``,
-        or, for one position, the running ``history`` (B, 2). With ``min_log_prob`` the release meets the floor
-        too (the inputs already do, from :meth:`_forward`)."""
+        or, for one position, the running ``history`` (B, 2). ``min_log_prob`` floors the rule's inputs (in
+        :meth:`_forward`), not its output: the release is exactly the rule's combination, so k_x is the
+        divergence the paper's theorems bound (docs/naf.md, "How the floor is met")."""
         if self.variant != "cp_fuse":
             out = agg.aggregate(self.variant, logps, log_base=log_base, m=self.m)
         elif tokens is not None:
@@ -143,7 +144,7 @@ class NAFLanguageModel(LanguageModel):
         else:
             hist = history if history is not None else torch.zeros(logps[0].shape[0], 2, device=logps[0].device)
             out = agg.fuse_step(logps[0], logps[1], hist, self.fuse_grid)[0]
-        return agg.floor_log_probs(out, self.min_log_prob)
+        return out
 
     # -- signals --------------------------------------------------------------------------------
     def split_at_token(self, text: str, n_tokens: int) -> tuple[str, str]:
@@ -318,8 +319,6 @@ class NAF(Defense):
     description = ("NAF aggregation (Segal et al. 2025): k constituents fine-tuned on disjoint partitions, released as "
                    "their token-level combination (CP-Δ, CP-ΔKL, CP-Fuse, CP-Δr, SCP-Δr-b/-c); reports k_x.")
     code_modules = ("bench.aggregate",)
-    #: 0.2.0: the paper's probability floor e^-20 (``min_log_prob: -20``) by default; 0.1.0 applied none
-    version = "0.2.0"
     params = ADAPT_PARAMS + (
         Param("variant", str, "scp_delta_r_b", "aggregation rule", choices=agg.VARIANTS),
         Param("k", int, 2, "constituent models, each on its own disjoint partition (Segal et al. 2025: 2)", low=2),
@@ -329,8 +328,8 @@ class NAF(Defense):
               choices=("mean_logits", "uniform")),
         Param("fuse_grid", int, 10, "CP-Fuse grid points on [0, 2) per exponent (then 2..10)", low=2),
         Param("guarantee_texts", int, 256, "training texts k_x is computed on (0: no guarantee)", low=0),
-        Param("min_log_prob", float, -20.0, "floor on every log-probability of the constituents, base and release "
-              "(Segal et al. 2025: -20); null = none, as naf 0.1.0 did", nullable=True),
+        Param("min_log_prob", float, None, "floor on every log-probability of the constituents and the base, the "
+              "rule's inputs (Segal et al. 2025: -20); null = none, as the stored runs", nullable=True),
     )
 
     def __init__(self, **params: Any) -> None:
@@ -363,7 +362,7 @@ class NAF(Defense):
                         mean_logits_logp(model.eval(), ctx, sorted(set(data.texts), key=text_hash)[:CONSTANT_TEXTS]))
         meta = {"variant": self.variant, "m": self.m, "fuse_grid": self.fuse_grid,
                 "partition_sizes": [len(p) for p in parts]}
-        if self.min_log_prob is not None:  # absent when off, as in the releases naf 0.1.0 stored
+        if self.min_log_prob is not None:  # absent when off: the releases stored without a floor keep their meta
             meta["min_log_prob"] = self.min_log_prob
         self._report = {"constituents": reports, "train": {
             "seconds": sum(r["train"]["seconds"] for r in reports), "steps": sum(r["train"]["steps"] for r in reports),

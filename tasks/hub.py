@@ -83,7 +83,10 @@ Schemas and tasks
     ``min_records_per_user`` records are dropped; at most
     ``max_records_per_user`` records per user are kept. Note that the Pile
     has an "Enron Emails" subset: for a Pythia model these emails are
-    probably pretraining data.
+    probably pretraining data. No document is set aside for the attacker,
+    so a user target shows the user's own training records: user-level
+    membership inference in Kandpal et al.'s terms (section 2), a stronger
+    attacker than their user inference (docs/units.md).
 
 Mapping to :class:`bench.task.TaskData`
 --------------------------------------

@@ -95,7 +95,7 @@ def test_hugging_face_directory_model_runs_adaptation_games(cache, tmp_path):
     model.save_pretrained(release)
     tok.save_pretrained(release)
     suite = _suite(models=[{"name": "released", "params": {"hf_id": str(release), "context_length": 64}}],
-                   reference=False)
+                   defenses=[{"name": "finetune", "params": {"epochs": 1, "chunk_length": 64}}], reference=False)
     store = Store(str(tmp_path / "r.db"))
     result = Runner(suite, store, cache, quiet=True).run()
     assert result.status == "complete"

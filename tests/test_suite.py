@@ -158,6 +158,17 @@ def test_wrong_param_type_for_a_defense(smoke_raw, tmp_path):
     assert "unknown keys ['parms']" in msg
 
 
+def test_a_defense_may_not_train_past_the_models_context(smoke_raw):
+    """Scores read a model's first context_length tokens: training on longer records is refused with both fixes."""
+    raw = variant(smoke_raw, defenses=[{"name": "lora", "params": {"chunk_length": 192}}])
+    with pytest.raises(ConfigError, match=r"'lora' trains on records of up to 192 tokens .* model 'nano' is scored "
+                                          r"on its first 128 .* chunk_length to at most 128, or give the model "
+                                          r"context_length: 192"):
+        parse_suite(raw)
+    raw["models"] = [{"name": "nano", "params": {"context_length": 192}}]
+    assert parse_suite(raw).models[0].context_length == 192
+
+
 def test_duplicate_defense_needs_a_label(smoke_raw, tmp_path):
     msg = load_error(tmp_path, variant(smoke_raw, defenses=["finetune", {"name": "finetune",
                                                                          "params": {"lr": 1e-3}}]))

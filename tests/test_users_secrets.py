@@ -428,6 +428,21 @@ def test_users_adapt_owners(users):
         assert len(last_lines) == 1, last_lines
 
 
+def test_user_world_validates_on_users_outside_d(users):
+    """Early stopping's validation in a user world: records of users with no record in D, so it names no user of D
+    (held-aside documents of D's background users would mark every other user of D as a target)."""
+    from bench.game import Challenger
+    world = {"n_per_group": 4, "n_null": 8, "adapt_background": 10, "n_validation": 6}
+    data = Challenger(users, world, seed=0).adaptation_data()
+    owner = dict(zip(users.adapt, users.adapt_owners))
+    in_d = set(users.adapt_owners[:10])
+    assert users.adapt_owners[10] in in_d  # the cut after the background splits a user's records
+    assert len(data.validation) == 6 and not {owner[t] for t in data.validation} & in_d
+    assert not set(data.validation) & set(data.texts)
+    after = [t for t, u in zip(users.adapt[10:], users.adapt_owners[10:]) if u not in in_d]
+    assert data.validation == tuple(after[:6])  # the pool's order after the background, that user skipped
+
+
 def test_builds_do_not_depend_on_the_hash_seed(tmp_path):
     """Two processes with different PYTHONHASHSEED build the same data (Faker's it_IT city list is a set)."""
     import subprocess
