@@ -1,0 +1,52 @@
+"""How long the users track's documents are under its own tokenizer, and where a user's sign-off starts: the
+measurement behind the track's 192-token context (bench/tracks/users.yaml). Builds the track's task and tokenizer
+(cached under --cache) and prints, per partition, the token counts (BOS included) and the share of documents
+longer than 128, 192 and 256 tokens, then the share of the attacker's samples whose personal phrase, sign-off
+and signature begin past token 128 and 192.
+
+    python scripts/users_doc_lengths.py [--cache DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+from transformers import AutoTokenizer
+
+from bench.artifacts import ensure_tokenizer
+from bench.cache import ArtifactCache
+from bench.suite import parse_suite
+from bench.tracks import load_track
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cache", default=None, help="artifact cache (default $PRIVBENCH_CACHE or ~/.cache/privbench)")
+    args = ap.parse_args()
+    suite = parse_suite(load_track("users").suite_raw())
+    cache = ArtifactCache(args.cache)
+    data = suite.tasks[0].instance.build(cache)
+    tok_dir, _ = ensure_tokenizer(cache, suite.models[0], data)
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+
+    def lengths(texts) -> np.ndarray:
+        return np.array([len(ids) + 1 for ids in tok(list(texts), add_special_tokens=False)["input_ids"]])
+
+    samples = [s for v in data.public_format["user_samples"].values() for s in v]
+    print(f"users track, model context_length {suite.models[0].context_length}")
+    for name, texts in (("attacker samples", samples), ("target records", [t.text for t in data.targets]),
+                        ("adaptation background", data.adapt)):
+        n = lengths(texts)
+        print(f"  {name:22s} n={len(n):5d}  median {np.median(n):.0f}  p90 {np.percentile(n, 90):.0f}  max {n.max()}"
+              f"  >128: {np.mean(n > 128):.1%}  >192: {np.mean(n > 192):.1%}  >256: {np.mean(n > 256):.1%}")
+    # a document ends "<body>\n\n<personal phrase>\n\n<sign-off>,\n<name>\n<job, city>": where each part begins
+    for part, head in (("personal phrase", lambda d: d.rsplit("\n\n", 2)[0]),
+                       ("sign-off", lambda d: d.rsplit("\n\n", 1)[0]),
+                       ("signature", lambda d: d.rsplit("\n", 2)[0])):
+        starts = lengths([head(s) for s in samples])
+        print(f"  attacker samples whose {part:15s} begins past token 128: {np.mean(starts >= 128):5.1%}, "
+              f"past 192: {np.mean(starts >= 192):.1%}")
+
+if __name__ == "__main__":
+    main()
