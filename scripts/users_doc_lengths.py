@@ -2,7 +2,8 @@
 measurement behind the track's 192-token context (bench/tracks/users.yaml). Builds the track's task and tokenizer
 (cached under --cache) and prints, per partition, the token counts (BOS included) and the share of documents
 longer than 128, 192 and 256 tokens, then the share of the attacker's samples whose personal phrase, sign-off
-and signature begin past token 128 and 192.
+and signature begin past token 128 and 192; last, how many samples each target user shows the attacker and what
+`user_limit` at 3 documents per user takes from the target users.
 
     python scripts/users_doc_lengths.py [--cache DIR]
 """
@@ -10,6 +11,7 @@ and signature begin past token 128 and 192.
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 
 import numpy as np
 from transformers import AutoTokenizer
@@ -47,6 +49,13 @@ def main() -> None:
         starts = lengths([head(s) for s in samples])
         print(f"  attacker samples whose {part:15s} begins past token 128: {np.mean(starts >= 128):5.1%}, "
               f"past 192: {np.mean(starts >= 192):.1%}")
+    shown = Counter(len(v) for v in data.public_format["user_samples"].values())
+    print("  samples the attacker holds per target user: "
+          + ", ".join(f"{k}: {v} users" for k, v in sorted(shown.items())))
+    per_user = Counter(m["user"] for m in data.target_meta.values())
+    print(f"  user_limit at 3 per user: drops {sum(max(0, n - 3) for n in per_user.values())} of "
+          f"{sum(per_user.values())} target records, trims {sum(n > 3 for n in per_user.values())} of "
+          f"{len(per_user)} target users")
 
 if __name__ == "__main__":
     main()
