@@ -167,7 +167,6 @@ def mixture_kl(pmf: np.ndarray, sigma: float, direction: str = "both") -> float:
     ℓ(x) = log P(x)/Q(x) = logsumexp_s(log π_s + (2 s x − s²) / (2σ²)): KL(P‖Q) = Σ_s π_s E_{N(s,σ²)} ℓ and
     KL(Q‖P) = −E_{N(0,σ²)} ℓ, each expectation by Gauss–Hermite quadrature.
     """
-    from scipy.special import logsumexp
     if direction not in DIRECTIONS:
         raise ConfigError(f"Hush: unknown KL direction {direction!r}: use one of {list(DIRECTIONS)}")
     if sigma <= 0:
@@ -178,9 +177,8 @@ def mixture_kl(pmf: np.ndarray, sigma: float, direction: str = "both") -> float:
     sup, wts, t, gw = quad
     logw = np.log(wts)
 
-    def ell(x: np.ndarray) -> np.ndarray:  # x: any shape; returns ℓ(x)
-        z = logw + (2 * sup * x[..., None] - sup ** 2) / (2 * sigma ** 2)
-        return logsumexp(z, axis=-1)
+    def ell(x: np.ndarray) -> np.ndarray:  # ℓ(x), Q being N(0, σ²)
+        return _log_ratio_to_null(x, sup, logw, sigma)
 
     out = []
     if direction in ("both", "forward"):
@@ -200,7 +198,6 @@ def replacement_kl(pmf: np.ndarray, sigma: float) -> float:
     (``scripts/hush_adjacency.py``; docs/hush.md, "Deviations"). Symmetric (x → −x), so one direction is enough:
     ℓ(x) = logsumexp_s(log π_s + (2 s x − s²)/(2σ²)) − logsumexp_s(log π_s − (2 s x + s²)/(2σ²)), averaged over P by
     Gauss–Hermite quadrature."""
-    from scipy.special import logsumexp
     if sigma <= 0:
         return math.inf
     quad = _quadrature(pmf)
@@ -208,10 +205,16 @@ def replacement_kl(pmf: np.ndarray, sigma: float) -> float:
         return 0.0
     sup, wts, t, gw = quad
     logw = np.log(wts)
-    x = (sup[:, None] + math.sqrt(2) * sigma * t[None, :])[..., None]
-    ell = (logsumexp(logw + (2 * sup * x - sup ** 2) / (2 * sigma ** 2), axis=-1)
-           - logsumexp(logw - (2 * sup * x + sup ** 2) / (2 * sigma ** 2), axis=-1))
+    x = sup[:, None] + math.sqrt(2) * sigma * t[None, :]
+    ell = _log_ratio_to_null(x, sup, logw, sigma) - _log_ratio_to_null(-x, sup, logw, sigma)
     return max(0.0, float(np.sum(wts[:, None] * gw[None, :] * ell)))
+
+
+def _log_ratio_to_null(x: np.ndarray, sup: np.ndarray, logw: np.ndarray, sigma: float) -> np.ndarray:
+    """log P(x)/N(0, σ²)(x) for P = Σ_s π_s N(s, σ²): logsumexp_s(log π_s + (2 s x − s²)/(2σ²)), any shape of x.
+    P⁻ (the mixture mirrored, s → −s) has log P⁻(x)/N(0, σ²)(x) = this at −x."""
+    from scipy.special import logsumexp
+    return logsumexp(logw + (2 * sup * x[..., None] - sup ** 2) / (2 * sigma ** 2), axis=-1)
 
 
 def secret_kl(rates: Sequence[float], sigma: float, steps: int, direction: str = "both") -> float:
