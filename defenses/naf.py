@@ -318,6 +318,7 @@ def mean_logits_logp(model: torch.nn.Module, ctx: TrainContext, texts: Sequence[
 class NAF(Defense):
     description = ("NAF aggregation (Segal et al. 2025): k constituents fine-tuned on disjoint partitions, released as "
                    "their token-level combination (CP-Δ, CP-ΔKL, CP-Fuse, CP-Δr, SCP-Δr-b/-c); reports k_x.")
+    version = "0.2.0"  # 0.2.0: the paper's e^-20 floor on the rule's inputs by default (0.1.0: no floor)
     code_modules = ("bench.aggregate",)
     params = ADAPT_PARAMS + (
         Param("variant", str, "scp_delta_r_b", "aggregation rule", choices=agg.VARIANTS),
@@ -328,8 +329,8 @@ class NAF(Defense):
               choices=("mean_logits", "uniform")),
         Param("fuse_grid", int, 10, "CP-Fuse grid points on [0, 2) per exponent (then 2..10)", low=2),
         Param("guarantee_texts", int, 256, "training texts k_x is computed on (0: no guarantee)", low=0),
-        Param("min_log_prob", float, None, "floor on every log-probability of the constituents and the base, the "
-              "rule's inputs (Segal et al. 2025: -20); null = none, as the stored runs", nullable=True),
+        Param("min_log_prob", float, -20.0, "floor on every log-probability of the constituents and the base, the "
+              "rule's inputs (Segal et al. 2025: -20); null = none, as naf 0.1.0", nullable=True),
     )
 
     def __init__(self, **params: Any) -> None:

@@ -476,7 +476,8 @@ def test_naf_with_the_papers_floor_releases_the_rule_on_floored_inputs(tiny, tmp
     floor = -6.0  # the 300-token vocabulary's −log V is −5.7; −20 would not bind on this tiny model
     d, release = _adapt(tiny, "cp_delta_r", epochs=1.0, min_log_prob=floor)
     assert release.meta["min_log_prob"] == floor and d.last_guarantee["min_log_prob"] == floor
-    assert "min_log_prob" not in _adapt(tiny, "cp_delta", epochs=0.5)[1].meta
+    assert "min_log_prob" not in _adapt(tiny, "cp_delta", epochs=0.5, min_log_prob=None)[1].meta
+    assert NAF().min_log_prob == -20.0  # the paper's floor is the default (naf 0.2.0)
     lm = NAFLanguageModel([HFLanguageModel(c, tok, fingerprint=f"c{i}", max_length=48, batch_size=8)
                            for i, c in enumerate(release.constituents)], variant="cp_delta_r", m=10,
                           fingerprint="x", min_log_prob=floor)
