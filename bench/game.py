@@ -64,8 +64,8 @@ from bench.lm import (
 )
 from bench.params import Param, validate_params
 from bench.pools import (
-    KNOWN_A_DRAW_VERSION, POOLED_DRAW_VERSION, known_a_draw_applies, pooled_draw_applies, split_known_pool,
-    split_pool,
+    KNOWN_A_DRAW_VERSION, POOLED_DRAW_VERSION, USER_DRAW_VERSION, known_a_draw_applies, pooled_draw_applies,
+    split_known_pool, split_pool, split_user_pool, user_draw_applies,
 )
 from bench.task import TaskData
 from bench.units import (
@@ -125,10 +125,11 @@ WORLD_PARAMS = (
           "a and b independent", low=4),
     Param("n_null", int, 400, "units of the null game's own pool (never inserted, shown by no other game), split in "
           "half; below 400 (200 vs 200) the null rows are flagged underpowered", low=8),
-    Param("adapt_background", int, 200, "non-target records in the adaptation data D", low=0),
+    Param("adapt_background", int, 200, "non-target records in the adaptation data D (in a user world drawn by "
+          "pool_draw: pooled, the fewest whole users that reach it)", low=0),
     Param("n_validation", int, 100, "records of the adaptation pool after D's background (in a user world, of users "
-          "with no record in D) that the data owner holds back for validation (early stopping); never targets, never "
-          "trained on", low=0),
+          "with no record in D and no target user) that the data owner holds back for validation (early stopping); "
+          "never targets, never trained on", low=0),
     Param("pretrain_target_repeats", int, 1, "copies of each a=1 target inserted into pretraining", low=1),
     Param("n_audit", int, 0, "audit canaries (pool C, shown only by the audit game), each inserted into D "
           "independently with probability 1/2; 0 = none", low=0),
@@ -140,7 +141,8 @@ WORLD_PARAMS = (
           "= the adaptation and target partitions pooled and split by document under the world's salt "
           "(bench/pools.py), so a defense cannot recognise targets by their public partition; on tasks with a "
           "known pretraining split (mimir, pile_split) the members and the non-members of both partitions split "
-          "at random into targets and background likewise; partition = the task's two partitions as built (about "
+          "at random into targets and background likewise; on user tasks both partitions' users split, whole users, "
+          "into target users and D's background users; partition = the task's two partitions as built (about "
           "half the records, and that channel open: docs/submitting.md)",
           choices=("pooled", "partition")),
     Param("background_in_pretraining", str, "none", "none = D's background is never in S (Marek et al. 2026: "
@@ -336,8 +338,9 @@ class Challenger:
     6.1): a game over ``b`` alone (``adapt``) then has as many a = 1 units among its negatives as among its
     positives, and θ′'s memory of pretraining cannot pass for adaptation leakage. The null game uses its own pool of
     ``n_null`` never-inserted units, shown by no other game. Tasks of natural text that keep each record's document
-    give the units and D's background from one pool split by document (:mod:`bench.pools`): the public partition a
-    record came from then says nothing about whether it is a target.
+    give the units and D's background from one pool split by document (:mod:`bench.pools`), and user tasks their
+    target users and D's background users from one pool of users: the public partition a record came from then says
+    nothing about whether it is a target.
 
     ``secret`` salts every draw: with it, the world cannot be recomputed from the public suite and seed (a
     plugin that rebuilds the challenger gets another world); without it the draw is public and reproducible
@@ -368,6 +371,10 @@ class Challenger:
         self.pooled = c["pool_draw"] == "pooled" and pooled_draw_applies(data, known_a=self.known_a)
         #: members and non-members split at random into targets and background under the world's salt (bench.pools)
         self.known_a_pooled = c["pool_draw"] == "pooled" and known_a_draw_applies(data, known_a=self.known_a)
+        #: target users and D's background users from one pool of users under the world's salt (bench.pools)
+        self.user_pooled = c["pool_draw"] == "pooled" and user_draw_applies(data, known_a=self.known_a)
+        #: records of D's background: ``adapt_background``, or in a user-pooled world the whole users reaching it
+        self.n_background = c["adapt_background"]
         if self.known_a and c["background_in_pretraining"] == "matched" and not self.known_a_pooled:
             raise ConfigError(f"task '{data.name}' gives pretraining membership from its data, and world "
                               f"background_in_pretraining: matched draws D's background from its members, which "
@@ -389,6 +396,23 @@ class Challenger:
             self._data = data
             self._validation = sides.validation
             self.pool_docs = dict(sides.n_docs)
+            drawn = draw_unit_groups(dataclasses.replace(data, targets=sides.targets),
+                                     {**sizes, AUDIT_PRETRAIN_POOL: 0}, rng)
+            if sides.pretrain_audit:
+                drawn.update(draw_unit_groups(dataclasses.replace(data, targets=sides.pretrain_audit),
+                                              {**{g: 0 for g in GROUPS}, AUDIT_PRETRAIN_POOL: c["n_audit_pretrain"]},
+                                              pool_rng))
+        elif self.user_pooled:
+            pool_rng = np.random.default_rng([self.seed, 43, task_stream, *salt])
+            sides = split_user_pool(data, n_units=sum(n for g, n in sizes.items() if g != AUDIT_PRETRAIN_POOL),
+                                    n_pretrain_audit=c["n_audit_pretrain"], n_background=c["adapt_background"],
+                                    n_validation=c["n_validation"], rng=pool_rng)
+            data = dataclasses.replace(data, targets=sides.targets + sides.pretrain_audit, adapt=sides.background,
+                                       adapt_owners=sides.background_owners, target_meta=sides.target_meta)
+            self._data = data
+            self._validation = sides.validation
+            self.pool_docs = dict(sides.n_docs)
+            self.n_background = len(sides.background)
             drawn = draw_unit_groups(dataclasses.replace(data, targets=sides.targets),
                                      {**sizes, AUDIT_PRETRAIN_POOL: 0}, rng)
             if sides.pretrain_audit:
@@ -461,6 +485,8 @@ class Challenger:
             key["draw"] = f"pooled-{POOLED_DRAW_VERSION}"
         elif self.known_a_pooled:
             key["draw"] = f"known-a-pooled-{KNOWN_A_DRAW_VERSION}"
+        elif self.user_pooled:
+            key["draw"] = f"user-pooled-{USER_DRAW_VERSION}"
         if secret is not None:
             key["secret"] = content_hash("world-secret-id", secret)
         self.world_key = content_hash(key)
@@ -508,7 +534,7 @@ class Challenger:
 
     def _background_units(self) -> list[list[int]]:
         """Indices of D's background records grouped by membership unit, in order of first record."""
-        n_bg = self.config["adapt_background"]
+        n_bg = self.n_background
         if self.unit == "user" and self._data.adapt_owners is not None:  # without owners D̃ is refused anyway
             keys = list(self._data.adapt_owners[:n_bg])
         elif self.unit == "secret":
@@ -532,14 +558,14 @@ class Challenger:
 
     def adaptation_data(self) -> AdaptationData:
         """D̃ = D ∪ {targets with b=1}, shuffled so the order does not mark which records are targets. In a pooled
-        world (bench.pools) the background and the targets come from one pool split by document under the world's
-        salt, so their public partitions do not mark them either; elsewhere the background is the adaptation pool's
-        head (docs/submitting.md, "Channels of the pools").
+        world (bench.pools) the background and the targets come from one pool split by document (or by user) under
+        the world's salt, so their public partitions do not mark them either; elsewhere the background is the
+        adaptation pool's head (docs/submitting.md, "Channels of the pools").
 
         Unit tasks add what the data owner knows of its own texts (Kandpal et al. 2024: owners, for per-user limits;
         Ganesh et al. 2025: the secrets each text carries and their (p_j, r_j)); see :mod:`bench.units`.
         """
-        n_bg = self.config["adapt_background"]
+        n_bg = self.n_background
         reps = self.config["adapt_target_repeats"]
         b1 = [r for r in sorted(self._group) if self._group[r][1] == 1]
         b1 += [r for u in sorted(self._audit_in) for r in self._records[u]]  # audit canaries with c = 1

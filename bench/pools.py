@@ -29,13 +29,15 @@ from bench.errors import DataError
 from bench.hashing import text_hash
 from bench.task import TargetRecord, TaskData
 
-__all__ = ["KNOWN_A_DRAW_VERSION", "POOLED_DRAW_VERSION", "PooledSides", "known_a_draw_applies",
-           "pooled_draw_applies", "split_known_pool", "split_pool"]
+__all__ = ["KNOWN_A_DRAW_VERSION", "POOLED_DRAW_VERSION", "USER_DRAW_VERSION", "PooledSides", "known_a_draw_applies",
+           "pooled_draw_applies", "split_known_pool", "split_pool", "split_user_pool", "user_draw_applies"]
 
 #: the version of this split, part of every pooled world's key
 POOLED_DRAW_VERSION = "1"
 #: the version of the split of tasks whose pretraining membership is known (:func:`split_known_pool`)
 KNOWN_A_DRAW_VERSION = "1"
+#: the version of the split of user tasks (:func:`split_user_pool`)
+USER_DRAW_VERSION = "1"
 #: orders of the documents tried before a pool too lumpy for the world is refused (a large document early in the
 #: order can leave too little for B; no bundled world needed one in 1,000 orders, so it is a tight pool's fallback)
 ATTEMPTS = 20
@@ -54,6 +56,8 @@ class PooledSides:
     pretrain_audit: tuple[TargetRecord, ...]  # S: the pretraining audit canaries' pool (never in D̃)
     n_docs: dict[str, int]                    # documents per side
     background_members: tuple[str, ...] = ()  # B's records in pretraining (known split: its member records)
+    background_owners: tuple[str, ...] = ()   # the user of each record of B (user tasks, split_user_pool)
+    target_meta: dict | None = None           # target_meta of T and S (user tasks: records B's users brought in)
 
 
 def pooled_draw_applies(data: TaskData, *, known_a: bool) -> bool:
@@ -213,3 +217,100 @@ def split_known_pool(data: TaskData, *, n_units: dict[int, int], n_background: i
                        n_docs={"T1": n_units[1], "T0": n_units[0], "B1": want_b[1], "B0": want_b[0],
                                "V": len(validation)},
                        background_members=tuple(background[1]))
+
+
+def user_draw_applies(data: TaskData, *, known_a: bool) -> bool:
+    """Whether ``data`` draws its target users and D's background users from one pool of users under the world's
+    salt (:func:`split_user_pool`): user tasks that name the owner of every adaptation record."""
+    return data.unit == "user" and data.adapt_owners is not None and not known_a and bool(data.targets)
+
+
+def split_user_pool(data: TaskData, *, n_units: int, n_pretrain_audit: int, n_background: int, n_validation: int,
+                    rng: np.random.Generator) -> PooledSides:
+    """Split the users of a user task's target and adaptation partitions, whole users, into T, S, B and V.
+
+    Why: a user task deals its users into a target partition and an adaptation partition by public code, and the
+    task's draw took D's background from the adaptation partition. A defense that rebuilt the task would know every
+    background user of D̃, so every other user of D̃ is a target with b = 1, to drop (tests/test_pools.py shows the
+    rule). Here both partitions' users form one pool, shuffled with the world's salted ``rng``: T takes ``n_units``
+    users (the world's units; the task's canary users first, as they are targets by construction, Kandpal et al.
+    2024, section 4.3), S the ``n_pretrain_audit`` users of the pretraining audit pool, B the fewest next users whose
+    records reach ``n_background`` (whole users, so no user of D̃ is there in part: a target is always whole), and V
+    up to ``n_validation`` records of the users after them (never in D̃). Every user in D̃, target or background,
+    then brings all its records, and which partition a user came from says nothing about its side.
+
+    The attacker's samples of a user that T took from the adaptation partition are the task's
+    ``public_format["user_samples"]`` entry for it; a task that sets samples aside for its target users only cannot
+    use this draw (the error says so)."""
+    from bench.units import unit_key
+    if data.adapt_owners is None or len(data.adapt_owners) != len(data.adapt):
+        raise DataError(f"task '{data.name}' names no owner of every adaptation record: a user world needs "
+                        f"TaskData.adapt_owners")
+    records: dict[str, list[tuple[str, str]]] = {}  # user -> its (id, text), targets and adaptation records alike
+    canary: set[str] = set()
+    meta: dict = {}
+    for t in data.targets:
+        u = unit_key(data, t.id)
+        records.setdefault(u, []).append((t.id, t.text))
+        meta[t.id] = dict(data.target_meta.get(t.id, {}))
+        if meta[t.id].get("canary"):
+            canary.add(u)
+    target_users = set(records)
+    for text, owner in zip(data.adapt, data.adapt_owners):
+        u = str(owner)
+        if u in target_users:
+            raise DataError(f"task '{data.name}': user {u!r} owns target records and adaptation records: a user's "
+                            f"records must lie in one partition")
+        rid = f"adapt-{text_hash(text)[:12]}"
+        records.setdefault(u, []).append((rid, text))
+        meta[rid] = {"user": u}
+    samples = (data.public_format or {}).get("user_samples")
+    if samples is not None:
+        missing = sorted(u for u in records if u not in target_users and not samples.get(u))
+        if missing:
+            raise DataError(f"task '{data.name}' sets aside attacker samples for its target users only ({len(missing)} "
+                            f"adaptation users have none, e.g. {missing[0]!r}), so a world cannot draw an adaptation "
+                            f"user as a target: publish samples of every user in public_format['user_samples'], or "
+                            f"set world pool_draw: partition (the task's own partitions; a defense can then recognise "
+                            f"D's background users, docs/submitting.md)")
+    fix = ("lower n_per_group, n_null, n_audit, n_audit_pretrain or adapt_background in the suite's `world`, give the "
+           "task more users, or set world pool_draw: partition (the task's own partitions; a defense can then "
+           "recognise D's background users, docs/submitting.md)")
+    forced = sorted(canary)
+    if len(forced) > n_units:
+        raise DataError(f"task '{data.name}' has {len(forced)} canary users but the world draws {n_units} target "
+                        f"users: {fix}")
+    rest = sorted(u for u in records if u not in canary)
+    order = forced + [rest[int(i)] for i in rng.permutation(len(rest))]
+    t_users, s_users = order[:n_units], order[n_units:n_units + n_pretrain_audit]
+    if len(t_users) + len(s_users) < n_units + n_pretrain_audit:
+        raise DataError(f"task '{data.name}' has {len(records)} users in its target and adaptation partitions but "
+                        f"the world needs {n_units + n_pretrain_audit} target users and more for D's background: {fix}")
+    start = n_units + n_pretrain_audit
+    b_users: list[str] = []
+    n_b = 0
+    while n_b < n_background and start < len(order):
+        b_users.append(order[start])
+        n_b += len(records[order[start]])
+        start += 1
+    if n_b < n_background:
+        raise DataError(f"task '{data.name}': after {n_units + n_pretrain_audit} target users, the {len(b_users)} "
+                        f"users left hold {n_b} records but D's background needs {n_background}: {fix}")
+    v_texts: list[str] = []
+    n_v_users = 0
+    for u in order[start:]:
+        if len(v_texts) >= n_validation:
+            break
+        v_texts += [text for _, text in records[u]]
+        n_v_users += 1
+    validation = tuple(v_texts[:n_validation])
+
+    def as_targets(users: list[str]) -> tuple[TargetRecord, ...]:
+        return tuple(TargetRecord(rid, text) for rid, text in sorted(r for u in users for r in records[u]))
+
+    background = [(text, u) for u in b_users for _, text in records[u]]
+    return PooledSides(targets=as_targets(t_users), background=tuple(t for t, _ in background),
+                       validation=validation, pretrain_audit=as_targets(s_users),
+                       n_docs={"T": len(t_users), "S": len(s_users), "B": len(b_users), "V": n_v_users},
+                       background_owners=tuple(u for _, u in background),
+                       target_meta={rid: meta[rid] for u in t_users + s_users for rid, _ in records[u]})

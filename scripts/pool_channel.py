@@ -9,7 +9,17 @@ rules score every record of D̃ as "an inserted target", and the AUC of that sco
 Both are printed for the pooled draw (bench/pools.py) and, for ``partition``, for the draw it replaced (background
 from the adaptation partition, targets from the target partition), where the rule is exact. 0.5 is chance.
 
+Unit tasks (the users and secrets tracks' worlds) are scored per record of D̃ by the unit-level rules:
+
+* ``partition``: the record lies outside the task's public adaptation partition (for users, the plugin
+  ``user_pool_filter`` of tests/plugins/pool_filter_defense.py);
+* ``unit size``: how many records of D̃ its unit (owner, or secret carried) has there.
+
+User worlds draw their target and background users from one pool of users (bench.pools.split_user_pool); secret
+worlds still draw from the task's partitions, where the partition rule is exact (docs/submitting.md, "Still open").
+
     python scripts/pool_channel.py --seeds 100
+    python scripts/pool_channel.py --seeds 100 --only users,secrets   # the unit worlds alone
     python scripts/pool_channel.py --end-to-end     # the plugin trained and attacked, both draws (about 5 min)
 
 The AUC of one world varies (a world holds few documents: the code pools are 35 files), so the mean over worlds,
@@ -42,6 +52,38 @@ WORLDS = {
                                           "pretrain_sources": ["stdlib_code", "shakespeare"]},
                           {"n_per_group": 50, "n_null": 200, "adapt_background": 100}),
 }
+
+
+UNIT_WORLDS = {
+    "users (synthetic_users)": ("synthetic_users", {"n_users": 950, "docs_median": 4.0, "max_docs": 12,
+                                                    "attacker_fraction": 0.2, "canary_users": 20, "canary_length": 10,
+                                                    "adapt_domain": "wiki"},
+                                {"n_per_group": 40, "n_null": 400, "adapt_background": 150,
+                                 "background_in_pretraining": "matched"}),
+    "secrets (secrets)": ("secrets", {"n_secrets": 520, "secret_kind": "mixed", "records_per_secret_min": 2,
+                                      "records_per_secret_max": 3, "adapt_domain": "wiki"},
+                          {"n_per_group": 30, "n_null": 400, "adapt_background": 200,
+                           "background_in_pretraining": "matched"}),
+}
+
+
+def unit_exploit_aucs(data, world: dict, seeds: range) -> dict[str, list[float]]:
+    """The unit-level rules on a user or secret world, under the world's own draw and under the task's partitions."""
+    public_background = frozenset(data.adapt)
+    out: dict[str, list[float]] = {"partition": [], "unit size": [], "partition, old draw": []}
+    for seed in seeds:
+        secret = f"pool-channel-{seed}"
+        for name, w in (("", world), (", old draw", {**world, "pool_draw": "partition"})):
+            ch = Challenger(data, w, seed, secret=secret)
+            d = ch.adaptation_data()
+            inserted = set(ch.members("b"))
+            y = np.array([t in inserted for t in d.texts], dtype=int)
+            out["partition" + name].append(roc_auc(y, np.array([float(t not in public_background) for t in d.texts])))
+            if not name:
+                keys = d.users if d.users is not None else [s[0] if s else "" for s in d.secrets]
+                size = Counter(keys)
+                out["unit size"].append(roc_auc(y, np.array([float(size[k]) for k in keys])))
+    return out
 
 
 def exploit_aucs(data, world: dict, seeds: range) -> dict[str, list[float]]:
@@ -117,14 +159,20 @@ def main() -> None:
     parser.add_argument("--end-to-end", action="store_true", help="train and attack the dishonest plugin instead")
     parser.add_argument("--workdir", default="/tmp/privbench-pool-channel", help="cache and databases of --end-to-end")
     parser.add_argument("--seed", type=int, default=0, help="the world seed of --end-to-end")
+    parser.add_argument("--only", default="", help="comma-separated words; keep the worlds whose label has one")
     args = parser.parse_args()
     if args.end_to_end:
         end_to_end(args.workdir, args.seed)
         return
     print(f"{'world':30s} {'rule':22s} {'mean AUC':>9s} {'se':>6s} {'sd':>6s} {'min':>6s} {'max':>6s}")
-    for label, (task, params, world) in WORLDS.items():
+    worlds = [(label, spec, exploit_aucs) for label, spec in WORLDS.items()]
+    worlds += [(label, spec, unit_exploit_aucs) for label, spec in UNIT_WORLDS.items()]
+    words = [w for w in args.only.split(",") if w]
+    for label, (task, params, world), rules in worlds:
+        if words and not any(w in label for w in words):
+            continue
         data = make_task(task, params).build()
-        for rule, aucs in exploit_aucs(data, world, range(args.seeds)).items():
+        for rule, aucs in rules(data, world, range(args.seeds)).items():
             a = np.array(aucs)
             se = a.std(ddof=1) / np.sqrt(len(a)) if len(a) > 1 else float("nan")
             print(f"{label:30s} {rule:22s} {a.mean():9.3f} {se:6.3f} {a.std():6.3f} {a.min():6.3f} {a.max():6.3f}")

@@ -42,9 +42,11 @@ unused population records stay in the population); pretrain and heldout are mini
 body is ever in pretraining.
 
 Attacker knowledge (Kandpal et al. 2024: "we set aside 10% of a user's samples as the attacker's knowledge; these
-samples are never used for fine-tuning"): for every target user, ``max(1, round(attacker_fraction ×
-n_docs))`` documents (at most n_docs - 1) are set aside. They are NOT targets and NOT adaptation
-data; they are public, in ``public_format["user_samples"][user_id]``. ``TaskData.targets`` are the
+samples are never used for fine-tuning"): for every target and adaptation user, ``max(1, round(attacker_fraction
+× n_docs))`` documents (at most n_docs - 1) are set aside. They are NOT targets and NOT adaptation
+data; they are public, in ``public_format["user_samples"][user_id]``. A world pools the two partitions' users and
+draws its target users and D's background users from that pool under its own salt
+(:func:`bench.pools.split_user_pool`), so the task's roles below are only where a user's documents start. ``TaskData.targets`` are the
 user's remaining documents, each with ``target_meta[id]["user"] = user_id`` (challenger-side).
 ``unit = "user"``: the challenger puts all records of a user in one (a, b) group and counts world
 sizes in users (:func:`group_targets_by_unit`). The user id is an opaque hash, drawn before any
@@ -292,7 +294,7 @@ class SyntheticUsers(OnMiniPile, Task):
                    "personal phrases writing about a user-specific topic (real mini_pile records); unit = user, 10% "
                    "of each target user's documents are the attacker's samples; optional canary users sharing a "
                    "substring.")
-    version = "0.2.0"
+    version = "0.3.0"  # 0.3.0: the adaptation users' set-aside samples are published too (the world's user draw)
     params = (
         Param("n_users", int, 300, "synthetic users in all (targets + adaptation background + population)", low=4),
         Param("adapt_fraction", float, 0.2, "share of the users whose documents are the adaptation background D",
@@ -417,11 +419,15 @@ class SyntheticUsers(OnMiniPile, Task):
                 meta[rid] = {"user": u["user"], "canary": "canary" in u}
                 if "canary" in u:
                     meta[rid]["canary_substring"] = u["canary"]
-        # background users lose the same share of their documents as target users do (set aside, then unused),
-        # so an owner's number of records in D says nothing about whether it is a target user
-        adapt_docs = [(d, u["user"]) for u in adapt_users
-                      for docs in (docs_of(u),) for aside in (set_aside(u, docs),)
-                      for j, d in enumerate(docs) if j not in aside]
+        # background users set aside the same share of their documents as target users do, and theirs are published
+        # too: a world draws its target users from both partitions (bench.pools.split_user_pool), and an owner's
+        # number of records in D says nothing about whether it is a target user
+        adapt_docs: list[tuple[str, str]] = []
+        for u in adapt_users:
+            docs = docs_of(u)
+            aside = set_aside(u, docs)
+            user_samples[u["user"]] = [d for j, d in enumerate(docs) if j in aside]
+            adapt_docs += [(d, u["user"]) for j, d in enumerate(docs) if j not in aside]
         adapt = tuple(d for d, _ in adapt_docs)
         pop_docs = [(t, f"record:{i}") for i, t in enumerate(base.population) if i not in used_pop]
         pop_docs += [(d, u["user"]) for u in pop_users for d in docs_of(u)]

@@ -18,11 +18,11 @@ import pytest
 from bench.errors import DataError
 from bench.game import Challenger
 from bench.metrics import roc_auc
-from bench.pools import pooled_draw_applies, split_pool
+from bench.pools import pooled_draw_applies, split_pool, split_user_pool, user_draw_applies
 from fakes import make_task_data
 
 sys.path.insert(0, str(Path(__file__).parent / "plugins"))
-from pool_filter_defense import drop_public_targets  # noqa: E402
+from pool_filter_defense import drop_public_targets, keep_public_background  # noqa: E402
 
 WORLD = {"n_per_group": 20, "n_null": 40, "adapt_background": 40, "n_validation": 20}
 
@@ -299,3 +299,141 @@ def test_documents_given_wrong_are_refused(tmp_path, file_cache):
         assemble_task_data("t", **kw, adapt_docs=["d"], target_docs=[])
     with pytest.raises(DataError, match="give both"):
         assemble_task_data("t", **kw, adapt_docs=["d", "e"])
+
+
+# ------------------------------------------------------------------------------------------------ user tasks
+
+USER_WORLD = {"n_per_group": 12, "n_null": 24, "adapt_background": 60, "n_validation": 20}
+
+
+def user_task(seed: int = 5):
+    """A user task: target users and adaptation users of 1-6 records each (one size distribution for both, as
+    ``synthetic_users`` draws them), two of the target users canaries, every text unique; no held-aside samples
+    (the attacker's samples are then a user's own records, as ``enron_users``)."""
+    data = make_task_data(n_targets=420, n_adapt=300, seed=seed)
+    rng = np.random.default_rng(seed)
+
+    def owners(n: int, tag: str) -> list[str]:
+        sizes = rng.integers(1, 7, size=n)
+        return [f"{tag}{j}" for j in np.repeat(np.arange(n), sizes)[:n]]
+
+    t_owner = owners(len(data.targets), "t")
+    meta = {r.id: {"user": u, "canary": u in ("t0", "t1")} for r, u in zip(data.targets, t_owner)}
+    return dataclasses.replace(data, unit="user", target_meta=meta, adapt_owners=tuple(owners(len(data.adapt), "a")))
+
+
+def owner_map(data) -> dict[str, str]:
+    out = {r.text: data.target_meta[r.id]["user"] for r in data.targets}
+    out.update(zip(data.adapt, data.adapt_owners))
+    return out
+
+
+def test_user_sides_are_whole_users_drawn_from_both_partitions():
+    data = user_task()
+    assert user_draw_applies(data, known_a=False) and not user_draw_applies(data, known_a=True)
+    assert not user_draw_applies(dataclasses.replace(data, adapt_owners=None), known_a=False)
+    sides = split_user_pool(data, n_units=60, n_pretrain_audit=4, n_background=60, n_validation=20,
+                            rng=np.random.default_rng(0))
+    owner = owner_map(data)
+    users = {side: {owner[t] for t in texts} for side, texts in (
+        ("T", [r.text for r in sides.targets]), ("S", [r.text for r in sides.pretrain_audit]),
+        ("B", sides.background), ("V", sides.validation))}
+    assert all(not users[a] & users[b] for a in users for b in users if a < b)
+    assert (len(users["T"]), len(users["S"])) == (60, 4) and {"t0", "t1"} <= users["T"]  # canary users are targets
+    # whole users: every record of a side's user is on that side (V may cut its last user: V never reaches D̃)
+    count = Counter(owner.values())
+    assert all(sum(owner[r.text] == u for r in sides.targets) == count[u] for u in users["T"])
+    assert sorted(sides.background) == sorted(t for t in owner if owner[t] in users["B"])
+    assert list(sides.background_owners) == [owner[t] for t in sides.background]
+    # the fewest whole users reaching adapt_background records
+    last = sides.background_owners[-1]
+    assert len(sides.background) >= 60 > len(sides.background) - count[last]
+    assert len(sides.validation) == 20
+    # both partitions feed both sides
+    for side in ("T", "B"):
+        assert any(u.startswith("t") for u in users[side]) and any(u.startswith("a") for u in users[side])
+    assert all(sides.target_meta[r.id]["user"] == owner[r.text] for r in sides.targets + sides.pretrain_audit)
+
+
+def test_user_split_errors_name_the_fix():
+    data = user_task()
+    with pytest.raises(DataError, match="lower n_per_group.*pool_draw: partition"):
+        split_user_pool(data, n_units=400, n_pretrain_audit=0, n_background=60, n_validation=0,
+                        rng=np.random.default_rng(0))
+    samples = {"t3": ["a sample"]}
+    with pytest.raises(DataError, match="publish samples of every user"):
+        Challenger(dataclasses.replace(data, public_format={"user_samples": samples}), USER_WORLD, seed=0)
+    shared = dataclasses.replace(data, adapt_owners=("t2",) + data.adapt_owners[1:])
+    with pytest.raises(DataError, match="records must lie in one partition"):
+        Challenger(shared, USER_WORLD, seed=0)
+
+
+def _user_rule_aucs(data, world, seeds=range(12)):
+    """AUC, per secret world, of two dishonest scores for "this record of D̃ belongs to an inserted target user":
+    not lying in the task's public adaptation partition (the partition rule of tests/plugins), and its owner's
+    number of records in D̃."""
+    public_background = frozenset(data.adapt)
+    out = []
+    for seed in seeds:
+        ch = Challenger(data, world, seed=seed, secret=f"s{seed}")
+        d = ch.adaptation_data()
+        inserted = set(ch.members("b"))
+        labels = np.array([t in inserted for t in d.texts], dtype=int)
+        kept = set(keep_public_background(d.texts, public_background))
+        per_owner = Counter(d.users)
+        out.append((roc_auc(labels, np.array([float(t not in kept) for t in d.texts])),
+                    roc_auc(labels, np.array([float(per_owner[u]) for u in d.users]))))
+    return np.array(out)
+
+
+def test_the_public_adaptation_partition_no_longer_names_the_background_users():
+    """The channel as it was: a user world took D's background from the task's adaptation partition, so keeping the
+    records of D̃ in that public partition kept exactly the background and dropped every inserted target user (AUC
+    1). From one pool of users split under the world's salt, a target user is as likely to come from either
+    partition as a background user, and both bring all their records."""
+    data = user_task()
+    before = _user_rule_aucs(data, dict(USER_WORLD, pool_draw="partition"), seeds=range(3))
+    assert np.all(before[:, 0] == 1.0), before
+    after = _user_rule_aucs(data, USER_WORLD)
+    assert abs(after[:, 0].mean() - 0.5) < 0.06 and abs(after[:, 1].mean() - 0.5) < 0.06, after
+
+
+def test_user_worlds_have_their_own_keys_and_the_secret_moves_the_sides():
+    from bench.units import unit_samples
+    data = user_task()
+    partition = Challenger(data, dict(USER_WORLD, pool_draw="partition"), seed=0)
+    pooled = Challenger(data, USER_WORLD, seed=0)
+    assert not partition.user_pooled and pooled.user_pooled and partition.world_key != pooled.world_key
+    assert Challenger(data, USER_WORLD, seed=0).adaptation_data() == pooled.adaptation_data()
+    salted = Challenger(data, USER_WORLD, seed=0, secret="s3cr3t")
+    assert set(salted.adaptation_data().texts) != set(pooled.adaptation_data().texts)
+    assert salted.world_key != pooled.world_key
+    # a user T took from the adaptation partition shows its own records (this task sets none aside)
+    owner = owner_map(data)
+    moved = next(u for u in pooled.units() if u.startswith("a"))
+    records = pooled._records[moved]
+    assert sorted(unit_samples(pooled._data, moved, records)) == sorted(t for t in owner if owner[t] == moved)
+
+
+def test_the_user_exploit_plugin_on_the_embedded_task(cache):
+    """The plugin's rule (tests/plugins/pool_filter_defense.py, ``user_pool_filter``) on a real ``synthetic_users``
+    build: under the task's own partitions it keeps the background and drops every inserted target user; under the
+    world's user draw it keeps inserted users and background users at one rate."""
+    from tasks.users import SyntheticUsers
+    from pool_filter_defense import UserPoolFilter
+    params = {"n_users": 60, "docs_median": 3.0, "max_docs": 8, "attacker_fraction": 0.2, "canary_users": 2,
+              "canary_length": 8, "max_chars_per_source": 300_000}
+    real = SyntheticUsers(**params).build(cache)
+    UserPoolFilter(task_params=__import__("json").dumps(params))  # registers and validates as any plugin does
+    world = {"n_per_group": 4, "n_null": 8, "adapt_background": 15, "n_validation": 5}
+    background = frozenset(real.adapt)
+    gaps = {}
+    for draw in ("partition", "pooled"):
+        gaps[draw] = []
+        for seed in range(60 if draw == "pooled" else 4):  # 12 background users a world: many worlds
+            ch = Challenger(real, dict(world, pool_draw=draw), seed=seed, secret=f"s{seed}")
+            d_tilde, inserted, rest = inserted_and_background(ch)
+            kept = set(keep_public_background(d_tilde, background))
+            gaps[draw].append(np.mean([t in kept for t in inserted]) - np.mean([t in kept for t in rest]))
+    assert np.allclose(gaps["partition"], -1.0), gaps
+    assert abs(np.mean(gaps["pooled"])) < 0.1, gaps  # -0.045 ± 0.028: the canary users, targets by form, lean it

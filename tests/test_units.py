@@ -67,6 +67,7 @@ def _models(data, ch):
 
 def test_unit_world_by_definition(unit_data):
     ch = Challenger(unit_data, WORLD, seed=0)
+    unit_data = ch._data  # a user world draws its units from both partitions' users (bench.pools.split_user_pool)
     units = group_targets_by_unit(unit_data)
     ids = {unit_data.targets[i].id: u for u, idx in units.items() for i in idx}
     drawn = {u for u in units if unit_data.targets[units[u][0]].id in ch._group}
@@ -103,12 +104,14 @@ def test_unit_world_seeds_and_too_few_units(users):
 
 def test_pretraining_and_adaptation_take_whole_units(unit_data):
     ch = Challenger(unit_data, dict(WORLD, pretrain_target_repeats=2), seed=0)
+    unit_data = ch._data  # the world's pools: in a user world, whole users of both partitions
     text = {r.id: r.text for r in unit_data.targets}
     a1 = [text[r] for r in ch._group if ch.group_of(r)[0] == 1]
     b1 = [text[r] for r in ch._group if ch.group_of(r)[1] == 1]
     assert Counter(ch.pretraining_inserts()) == Counter({t: 2 for t in a1})
     ad = ch.adaptation_data()
-    assert Counter(ad.texts) == Counter(list(unit_data.adapt[:10]) + b1)
+    assert Counter(ad.texts) == Counter(list(unit_data.adapt[:ch.n_background]) + b1)
+    assert ch.n_background >= 10 and (ch.n_background == 10 or unit_data.unit == "user")
 
 
 # ------------------------------------------------------------------------------------ what the attacker sees

@@ -87,10 +87,14 @@ def test_users_sizes_and_partitions(users, base):
                                                                                                  40 - 2 * n_adapt)
     groups = by_user(users)
     samples = users.public_format["user_samples"]
-    assert len(groups) == st["targets"]["n_users"] == len(samples) and set(groups) == set(samples)
-    assert len(users.targets) + sum(map(len, samples.values())) == st["targets"]["n_docs"]
-    # background users lose the share target users set aside for the attacker, so counts in D mark no target
+    # every user of the two private partitions has published samples: a world may draw any of them as a target
+    adapt_users = set(users.adapt_owners)
+    assert len(groups) == st["targets"]["n_users"] and len(adapt_users) == st["adapt"]["n_users"]
+    assert set(samples) == set(groups) | adapt_users and not set(groups) & adapt_users
+    assert len(users.targets) + sum(len(samples[u]) for u in groups) == st["targets"]["n_docs"]
+    # background users set aside the share target users do, so counts in D mark no target
     assert len(users.adapt) == st["adapt"]["n_docs"] - users.stats["users"]["background_set_aside"]
+    assert users.stats["users"]["background_set_aside"] == sum(len(samples[u]) for u in adapt_users)
     assert users.stats["users"]["background_set_aside"] >= st["adapt"]["n_users"]   # at least one each
     # population: mini_pile's unused population records plus the population users' documents
     pop_docs = [t for t in users.population if t not in set(base.population)]
@@ -227,7 +231,7 @@ def _fake(unit: str, meta: dict, n: int, *, a: bool = False) -> TaskData:
 def test_group_targets_by_unit(users, secrets):
     g = group_targets_by_unit(users)
     assert sum(map(len, g.values())) == len(users.targets)
-    assert set(g) == set(users.public_format["user_samples"])
+    assert set(g) == set(users.public_format["user_samples"]) - set(users.adapt_owners)
     for u, idx in g.items():
         assert {users.target_meta[users.targets[i].id]["user"] for i in idx} == {u}
     g = group_targets_by_unit(secrets)
@@ -430,10 +434,12 @@ def test_users_adapt_owners(users):
 
 def test_user_world_validates_on_users_outside_d(users):
     """Early stopping's validation in a user world: records of users with no record in D, so it names no user of D
-    (held-aside documents of D's background users would mark every other user of D as a target)."""
+    (held-aside documents of D's background users would mark every other user of D as a target). Under the task's
+    own partitions (pool_draw: partition) the cut after the background splits a user, who is skipped; the pooled
+    user draw gives V whole users of its own."""
     from bench.game import Challenger
     world = {"n_per_group": 4, "n_null": 8, "adapt_background": 10, "n_validation": 6}
-    data = Challenger(users, world, seed=0).adaptation_data()
+    data = Challenger(users, dict(world, pool_draw="partition"), seed=0).adaptation_data()
     owner = dict(zip(users.adapt, users.adapt_owners))
     in_d = set(users.adapt_owners[:10])
     assert users.adapt_owners[10] in in_d  # the cut after the background splits a user's records
@@ -441,6 +447,13 @@ def test_user_world_validates_on_users_outside_d(users):
     assert not set(data.validation) & set(data.texts)
     after = [t for t, u in zip(users.adapt[10:], users.adapt_owners[10:]) if u not in in_d]
     assert data.validation == tuple(after[:6])  # the pool's order after the background, that user skipped
+    ch = Challenger(users, world, seed=0)
+    assert ch.user_pooled
+    data = ch.adaptation_data()
+    owner.update((t.text, users.target_meta[t.id]["user"]) for t in users.targets)
+    in_d = {owner[t] for t in data.texts}
+    assert len(data.validation) == 6 and not {owner[t] for t in data.validation} & in_d
+    assert not {owner[t] for t in data.validation} & {ch.unit_of(r) for r in ch._unit_of}  # and no target user
 
 
 def test_builds_do_not_depend_on_the_hash_seed(tmp_path):

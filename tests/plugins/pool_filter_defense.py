@@ -38,3 +38,34 @@ class PoolFilter(FineTune):
         task_params = {} if self.adapt_domain is None else {"adapt_domain": self.adapt_domain}
         kept = drop_public_targets(data.texts, public_target_pool("mini_pile", task_params))
         return super().adapt(model, dataclasses.replace(data, texts=tuple(kept)), ctx)
+
+
+def public_adaptation_partition(task: str, params: dict) -> frozenset[str]:
+    """The texts of a user task's public adaptation partition: its background users' documents."""
+    return frozenset(make_task(task, params).build().adapt)
+
+
+def keep_public_background(texts, background: frozenset[str]) -> list[str]:
+    """The user-task rule: under the task's own partitions D's background is the adaptation partition's head, so
+    every record of D̃ outside that partition belongs to a target user with b = 1."""
+    return [t for t in texts if t in background]
+
+
+@register_defense("user_pool_filter")
+class UserPoolFilter(FineTune):
+    """Fine-tunes on the records of D̃ that lie in the user task's public adaptation partition."""
+
+    version = "0.1.0"
+    description = ("Keeps D̃'s records from the user task's public adaptation partition (drops every other user), "
+                   "then fine-tunes (test fixture).")
+    params = FineTune.params + (
+        Param("task_params", str, "{}", "parameters of the synthetic_users task to rebuild, as a JSON object"),
+    )
+
+    def adapt(self, model, data, ctx):
+        import json
+        task_params = json.loads(self.task_params)
+        kept = keep_public_background(data.texts, public_adaptation_partition("synthetic_users", task_params))
+        if not kept:
+            kept = list(data.texts[:1])
+        return super().adapt(model, dataclasses.replace(data, texts=tuple(kept), users=None), ctx)
