@@ -261,9 +261,13 @@ def check_training_lengths(defenses: list[PluginEntry], models: list[ModelSpec],
     context_length, so tokens trained on past it would be memorised where no attack and no utility measure looks
     (and positions past it are ones the model was never built for)."""
     for d in defenses:
-        chunk = d.instance.config.get("chunk_length")
+        chunks = [d.instance.config.get("chunk_length")]
+        if d.match and d.match.get("param") == "chunk_length":  # matched utility tries every grid value
+            chunks += list(d.match.get("grid") or [])
+        chunk = max((c for c in chunks if isinstance(c, (int, float))), default=None)
         for mo in models:
-            if isinstance(chunk, int) and chunk > mo.context_length:
+            if chunk is not None and chunk > mo.context_length:
+                chunk = int(chunk)
                 raise ConfigError(
                     f"suite '{suite}': defense '{d.label}' trains on records of up to {chunk} tokens (chunk_length) "
                     f"but model '{mo.name}' is scored on its first {mo.context_length} (context_length), so what it "

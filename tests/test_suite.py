@@ -167,6 +167,12 @@ def test_a_defense_may_not_train_past_the_models_context(smoke_raw):
         parse_suite(raw)
     raw["models"] = [{"name": "nano", "params": {"context_length": 192}}]
     assert parse_suite(raw).models[0].context_length == 192
+    # a matched-utility grid over chunk_length trains at every value it lists
+    matched = {"name": "finetune", "match": {"param": "chunk_length", "grid": [64, 256], "target_loss": 5.0}}
+    with pytest.raises(ConfigError, match=r"'finetune' trains on records of up to 256 tokens .* context_length: 256"):
+        parse_suite(variant(smoke_raw, defenses=[matched]))
+    matched["match"]["grid"] = [64, 128]
+    assert parse_suite(variant(smoke_raw, defenses=[matched])).defenses[0].match["grid"] == [64, 128]
 
 
 def test_duplicate_defense_needs_a_label(smoke_raw, tmp_path):
