@@ -2,8 +2,10 @@
 measurement behind the track's 192-token context (bench/tracks/users.yaml). Builds the track's task and tokenizer
 (cached under --cache) and prints, per partition, the token counts (BOS included) and the share of documents
 longer than 128, 192 and 256 tokens, then the share of the attacker's samples whose personal phrase, sign-off
-and signature begin past token 128 and 192; last, how many samples each target user shows the attacker and what
-`user_limit` at 3 documents per user takes from the target users.
+and signature begin past token 128 and 192; last, how many samples each user of the pool shows the attacker and
+what `user_limit` at 3 documents per user takes from them. The pool is the users of the target and adaptation
+partitions together, from which every world draws its target users and D's background users
+(bench.pools.split_user_pool); a world's target users are a random draw of it.
 
     python scripts/users_doc_lengths.py [--cache DIR]
 """
@@ -50,12 +52,12 @@ def main() -> None:
         print(f"  attacker samples whose {part:15s} begins past token 128: {np.mean(starts >= 128):5.1%}, "
               f"past 192: {np.mean(starts >= 192):.1%}")
     shown = Counter(len(v) for v in data.public_format["user_samples"].values())
-    print("  samples the attacker holds per target user: "
+    print("  samples the attacker holds per user of the pool: "
           + ", ".join(f"{k}: {v} users" for k, v in sorted(shown.items())))
-    per_user = Counter(m["user"] for m in data.target_meta.values())
+    per_user = Counter(m["user"] for m in data.target_meta.values()) + Counter(data.adapt_owners)
     print(f"  user_limit at 3 per user: drops {sum(max(0, n - 3) for n in per_user.values())} of "
-          f"{sum(per_user.values())} target records, trims {sum(n > 3 for n in per_user.values())} of "
-          f"{len(per_user)} target users")
+          f"{sum(per_user.values())} records of the pool, trims {sum(n > 3 for n in per_user.values())} of "
+          f"{len(per_user)} users")
 
 if __name__ == "__main__":
     main()
