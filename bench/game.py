@@ -384,35 +384,28 @@ class Challenger:
         self._background_members: tuple[str, ...] = ()
         #: documents per side (T, B, S, V) of a pooled world, for inspection (tests/test_pools.py); None elsewhere
         self.pool_docs: dict[str, int] | None = None
-        if self.pooled:
+        if self.pooled or self.user_pooled:
             # C_S (pretraining audit) never reaches D̃: its own side, outside the rate at which D̃ samples T and B
             n_units = sum(n for g, n in sizes.items() if g != AUDIT_PRETRAIN_POOL)
-            n_inserted = 2 * c["n_per_group"] + c["n_audit"] / 2
-            pool_rng = np.random.default_rng([self.seed, 31, task_stream, *salt])
-            sides = split_pool(data, n_units=n_units, n_inserted=n_inserted, n_background=c["adapt_background"],
-                               n_validation=c["n_validation"], n_pretrain_audit=c["n_audit_pretrain"], rng=pool_rng)
-            data = dataclasses.replace(data, targets=sides.targets + sides.pretrain_audit, adapt=sides.background,
-                                       target_docs=None, adapt_docs=None)
+            if self.pooled:
+                pool_rng = np.random.default_rng([self.seed, 31, task_stream, *salt])
+                sides = split_pool(data, n_units=n_units, n_inserted=2 * c["n_per_group"] + c["n_audit"] / 2,
+                                   n_background=c["adapt_background"], n_validation=c["n_validation"],
+                                   n_pretrain_audit=c["n_audit_pretrain"], rng=pool_rng)
+                data = dataclasses.replace(data, targets=sides.targets + sides.pretrain_audit,
+                                           adapt=sides.background, target_docs=None, adapt_docs=None)
+            else:
+                pool_rng = np.random.default_rng([self.seed, 43, task_stream, *salt])
+                sides = split_user_pool(data, n_units=n_units, n_pretrain_audit=c["n_audit_pretrain"],
+                                        n_background=c["adapt_background"], n_validation=c["n_validation"],
+                                        rng=pool_rng)
+                data = dataclasses.replace(data, targets=sides.targets + sides.pretrain_audit,
+                                           adapt=sides.background, adapt_owners=sides.background_owners,
+                                           target_meta=sides.target_meta)
+                self.n_background = len(sides.background)
             self._data = data
             self._validation = sides.validation
             self.pool_docs = dict(sides.n_docs)
-            drawn = draw_unit_groups(dataclasses.replace(data, targets=sides.targets),
-                                     {**sizes, AUDIT_PRETRAIN_POOL: 0}, rng)
-            if sides.pretrain_audit:
-                drawn.update(draw_unit_groups(dataclasses.replace(data, targets=sides.pretrain_audit),
-                                              {**{g: 0 for g in GROUPS}, AUDIT_PRETRAIN_POOL: c["n_audit_pretrain"]},
-                                              pool_rng))
-        elif self.user_pooled:
-            pool_rng = np.random.default_rng([self.seed, 43, task_stream, *salt])
-            sides = split_user_pool(data, n_units=sum(n for g, n in sizes.items() if g != AUDIT_PRETRAIN_POOL),
-                                    n_pretrain_audit=c["n_audit_pretrain"], n_background=c["adapt_background"],
-                                    n_validation=c["n_validation"], rng=pool_rng)
-            data = dataclasses.replace(data, targets=sides.targets + sides.pretrain_audit, adapt=sides.background,
-                                       adapt_owners=sides.background_owners, target_meta=sides.target_meta)
-            self._data = data
-            self._validation = sides.validation
-            self.pool_docs = dict(sides.n_docs)
-            self.n_background = len(sides.background)
             drawn = draw_unit_groups(dataclasses.replace(data, targets=sides.targets),
                                      {**sizes, AUDIT_PRETRAIN_POOL: 0}, rng)
             if sides.pretrain_audit:
