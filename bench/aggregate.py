@@ -44,7 +44,7 @@ def floor_log_probs(logp: torch.Tensor, min_log_prob: float | None) -> torch.Ten
     """Every token at probability ≥ e^``min_log_prob``, as Segal et al. 2025 (§2.1) require of "all models and
     probability distributions" (e^−20 there, which keeps relative probabilities in [e^−20, e^20], Prop. 4.8). The
     paper does not say how; here by mixing with the uniform distribution, p' = (1 − λ) p + λ/V with λ = V·e^floor,
-    which stays normalised and meets the floor exactly. None leaves ``logp`` as it is (privbench's default)."""
+    which stays normalised and meets the floor exactly. None leaves ``logp`` as it is (naf's ``min_log_prob: null``)."""
     if min_log_prob is None:
         return logp
     vocab = logp.shape[-1]

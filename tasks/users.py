@@ -46,8 +46,9 @@ samples are never used for fine-tuning"): for every target and adaptation user, 
 × n_docs))`` documents (at most n_docs - 1) are set aside. They are NOT targets and NOT adaptation
 data; they are public, in ``public_format["user_samples"][user_id]``. A world pools the two partitions' users and
 draws its target users and D's background users from that pool under its own salt
-(:func:`bench.pools.split_user_pool`), so the task's roles below are only where a user's documents start. ``TaskData.targets`` are the
-user's remaining documents, each with ``target_meta[id]["user"] = user_id`` (challenger-side).
+(:func:`bench.pools.split_user_pool`), so the task's roles below are only where a user's documents start.
+``TaskData.targets`` are the target partition's users' remaining documents, each with
+``target_meta[id]["user"] = user_id`` (challenger-side).
 ``unit = "user"``: the challenger puts all records of a user in one (a, b) group and counts world
 sizes in users (:func:`group_targets_by_unit`). The user id is an opaque hash, drawn before any
 membership exists, so it says nothing about membership; a user-level game shows one target per user,
@@ -292,7 +293,7 @@ def _spread(counts: Sequence[int]) -> dict[str, Any]:
 class SyntheticUsers(OnMiniPile, Task):
     description = ("User-stratified corpus (Kandpal et al. 2024): Faker users with a fixed greeting, signature and "
                    "personal phrases writing about a user-specific topic (real mini_pile records); unit = user, 10% "
-                   "of each target user's documents are the attacker's samples; optional canary users sharing a "
+                   "of each user's documents are the attacker's samples; optional canary users sharing a "
                    "substring.")
     version = "0.3.0"  # 0.3.0: the adaptation users' set-aside samples are published too (the world's user draw)
     params = (
