@@ -54,7 +54,7 @@ class PooledSides:
     background: tuple[str, ...]               # B, in a random order: D's background is its head
     validation: tuple[str, ...]               # V: held back by the data owner
     pretrain_audit: tuple[TargetRecord, ...]  # S: the pretraining audit canaries' pool (never in D̃)
-    n_docs: dict[str, int]                    # documents per side
+    n_docs: dict[str, int]                    # documents per side (users per side, split_user_pool)
     background_members: tuple[str, ...] = ()  # B's records in pretraining (known split: its member records)
     background_owners: tuple[str, ...] = ()   # the user of each record of B (user tasks, split_user_pool)
     target_meta: dict | None = None           # target_meta of T and S (user tasks: records B's users brought in)
